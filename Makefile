@@ -1,0 +1,83 @@
+# kubegpu.node development entry point. `make help` lists the targets.
+# Everything a fresh Debian 12 machine needs is installed by `make setup` (apt + a pinned virtual environment).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT       := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV       := $(ROOT)/.venv
+TMP        := $(ROOT)/.tmp
+BIN        := $(VENV)/bin
+PYTHON     ?= python3
+# The collection is reachable as ansible_collections/kubegpu/node through this link, for ansible, pytest and ansible-test.
+COLLECTIONS := $(TMP)/collections
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := true
+export PYTHONPATH := $(COLLECTIONS)
+export PATH := $(BIN):$(TMP)/bin:$(PATH)
+export ANSIBLE_FORCE_COLOR := false
+export PY_COLORS := 0
+# podman settings this CI machine needs (runc, explicit ulimits), without touching /etc/containers.
+export CONTAINERS_CONF := $(ROOT)/tools/containers.conf
+
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard $(ROOT)/molecule/*/molecule.yml))))
+IMAGES ?= bookworm trixie sid
+
+.PHONY: help setup system venv link images kubectl lint sanity unit molecule test demo build clean
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+setup: system venv link kubectl images ## Everything the demo and the tests need (apt packages, venv, kubectl, images)
+
+system: ## Debian packages: podman with runc, debootstrap
+	@$(ROOT)/tools/install-system-packages.sh
+
+venv: $(VENV)/.stamp ## The pinned Python virtual environment in .venv
+$(VENV)/.stamp: $(ROOT)/requirements/dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --requirement $(ROOT)/requirements/dev.txt
+	touch $@
+
+link: ## Make the collection importable as ansible_collections.kubegpu.node
+	@mkdir -p $(COLLECTIONS)/ansible_collections/kubegpu
+	@ln -sfn $(ROOT) $(COLLECTIONS)/ansible_collections/kubegpu/node
+
+kubectl: ## Debian's kubectl (a real Kubernetes client) into .tmp/bin
+	@$(ROOT)/tools/install-kubectl.sh $(TMP)
+
+images: system ## Debian node images for molecule, built with debootstrap, cached in podman
+	@$(ROOT)/tools/build-images.sh $(IMAGES)
+
+lint: venv link ## yamllint, ansible-lint (production profile), ruff, argument specs against defaults
+	yamllint --strict .
+	ruff check .
+	ruff format --check .
+	$(BIN)/python $(ROOT)/tools/check_argument_specs.py
+	ansible-lint --profile production --strict
+
+sanity: venv ## ansible-test sanity from a temporary ansible_collections/kubegpu/node copy
+	@$(ROOT)/tools/sanity.sh
+
+unit: venv link kubectl ## pytest: unit tests, module tests against the simulated API server, kubectl fidelity
+	pytest $(ROOT)/tests -q
+
+molecule: venv link images ## Every molecule scenario (check, converge, idempotence, verify) on podman
+	@$(ROOT)/tools/run-molecule.sh $(MOLECULE_SCENARIOS)
+
+build: venv ## Build the Galaxy tarball, install it into a temporary path and use it by FQCN
+	@$(ROOT)/tools/check-build.sh
+
+test: setup ## The full test run (what CI runs)
+	@$(ROOT)/tools/timed.sh lint $(MAKE) --no-print-directory lint
+	@$(ROOT)/tools/timed.sh build $(MAKE) --no-print-directory build
+	@$(ROOT)/tools/timed.sh sanity $(MAKE) --no-print-directory sanity
+	@$(ROOT)/tools/timed.sh unit $(MAKE) --no-print-directory unit
+	@$(ROOT)/tools/timed.sh molecule $(MAKE) --no-print-directory molecule
+
+demo: setup ## Run playbooks/site.yml against podman containers standing in for GPU nodes
+	@$(ROOT)/demo/run.sh
+
+clean: ## Remove the venv, caches and demo containers (images stay cached in podman)
+	-$(ROOT)/demo/run.sh --clean
+	rm -rf $(VENV) $(TMP) .pytest_cache .ruff_cache
