@@ -28,7 +28,9 @@ ANSIBLE_COLLECTIONS_PATH="$work/installed" ansible-galaxy collection install --o
 export ANSIBLE_COLLECTIONS_PATH="$work/installed" ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 unset PYTHONPATH
 ansible-doc -t role kubegpu.node.container_runtime >/dev/null
-for module in $(cd "$root/plugins/modules" 2>/dev/null && ls ./*.py 2>/dev/null | sed 's|^\./||; s|\.py$||'); do
+for path in "$root"/plugins/modules/*.py; do
+  [ -e "$path" ] || continue
+  module=$(basename "$path" .py)
   ansible-doc -t module "kubegpu.node.$module" >/dev/null
 done
 ansible-playbook kubegpu.node.site --syntax-check -i localhost, >/dev/null

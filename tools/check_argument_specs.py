@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fail when a role's meta/argument_specs.yml and defaults/main.yml disagree.
 
 Checks, for every role and its `main` entry point:

@@ -3,7 +3,7 @@
 # Scenarios run one after another: each already runs its platforms in parallel, and the machines have two cores.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done

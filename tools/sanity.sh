@@ -9,13 +9,25 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 dest="$work/ansible_collections/kubegpu/node"
 mkdir -p "$dest"
-(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$dest/" 2>/dev/null || true)
+# Files deleted from the work tree but still in the index are skipped.
+(cd "$root" && git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+  if [ -e "$f" ]; then cp --parents -P "$f" "$dest/"; fi
+done)
 # ansible-test reads the file list from git when there is a repository; give it one with exactly these files.
 (cd "$dest" && git init -q && git add -A && git -c user.email=ci@localhost -c user.name=ci commit -qm sanity)
 if ls "$dest"/tests/sanity/ignore-*.txt >/dev/null 2>&1; then
   echo "tests/sanity/ignore-*.txt exists: this collection keeps no sanity ignore entries" >&2
   exit 1
 fi
+# ansible-test bootstraps pip in its venvs with a script from a host CI cannot reach: give it a local one instead.
+pip_version=$("$root/.venv/bin/python" -c '
+from ansible_test._internal.python_requirements import get_venv_packages
+class Python:
+    version = "'"$python_version"'"
+print(get_venv_packages(Python())["pip"])')
+cache="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
+mkdir -p "$(dirname "$cache")"
+cp "$root/tools/ansible-test-get-pip.py" "$cache"
 cd "$dest"
 export ANSIBLE_COLLECTIONS_PATH="$work"
 "$root/.venv/bin/ansible-test" sanity --venv --python "$python_version" --color no "$@"
