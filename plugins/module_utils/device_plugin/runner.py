@@ -1,0 +1,170 @@
+# Copyright (c) kubegpu.node contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to kubegpu.node.nvidia_device_plugin: the module's flow (validate, connect, apply or delete, wait, explain),
+# kept out of the module file so that the module stays documentation.
+
+from __future__ import annotations
+
+import time
+
+from ansible.module_utils.basic import missing_required_lib
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.apply import (
+    apply_object,
+    delete_object,
+    diff_entry,
+    summary,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
+    check_options,
+    expected_counts,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client import (
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    KubeClient,
+    load_configuration,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import (
+    ConfigValidationError,
+    DevicePluginError,
+    OptionError,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import (
+    object_path,
+    removal_targets,
+    render_objects,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import (
+    capacity_plan,
+    config_warnings,
+    validate_config,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.waiter import (
+    CapacityWait,
+    diagnose_timeout,
+    wait_for_capacity,
+)
+
+_DAEMONSET_STATUS_KEYS = (
+    "desiredNumberScheduled",
+    "currentNumberScheduled",
+    "updatedNumberScheduled",
+    "numberReady",
+    "numberAvailable",
+    "numberUnavailable",
+    "numberMisscheduled",
+    "observedGeneration",
+)
+
+
+def validate_params(params: dict) -> list:
+    """All option and config problems, without touching the network; raises on the first kind found."""
+    problems = check_options(params)
+    if problems:
+        raise OptionError("invalid options: " + "; ".join(problems), option_errors=problems)
+    if params.get("config") is not None and params.get("state") == "present":
+        config_problems = validate_config(params["config"])
+        if config_problems:
+            raise ConfigValidationError(config_problems)
+        return config_warnings(params["config"])
+    return []
+
+
+def _daemonset_status(obj: dict | None) -> dict:
+    status = (obj or {}).get("status") or {}
+    return {key: status.get(key, 0) for key in _DAEMONSET_STATUS_KEYS}
+
+
+def _node_report(tracker: CapacityWait) -> dict:
+    report = {}
+    for name, state in sorted(tracker.states.items()):
+        entry = {
+            "capacity": state["capacity"],
+            "allocatable": state["allocatable"],
+            "expected": state["expected"],
+            "resource": state["resource"],
+            "ready": state["done"],
+            "found": state["found"],
+            "node_ready": state["node_ready"],
+        }
+        if "resources" in state:
+            entry["resources"] = state["resources"]
+        report[name] = entry
+    return report
+
+
+def _present(module, client, result: dict) -> None:
+    params = module.params
+    objects = render_objects(params)
+    applied = [
+        apply_object(client, obj, params["field_manager"], params["force_conflicts"], module.check_mode)
+        for obj in objects
+    ]
+    result["changed"] = any(entry["changed"] for entry in applied)
+    result["objects"] = [summary(entry) for entry in applied]
+    if module._diff:
+        result["diff"] = [diff_entry(entry) for entry in applied if entry["changed"]]
+    daemonset = applied[-1]["object"]
+    result["daemonset"] = _daemonset_status(daemonset)
+    if module.check_mode or not params["wait"]:
+        # A dry run creates nothing, so there is nothing to wait for.
+        return
+    pod_spec = objects[-1]["spec"]["template"]["spec"]
+    tracker = CapacityWait(
+        capacity_plan(params.get("config")), pod_spec, expected=expected_counts(params), names=params.get("nodes")
+    )
+    outcome = wait_for_capacity(client, tracker, float(params["wait_timeout"]), clock=time.monotonic)
+    result["waited"] = outcome["waited"]
+    result["nodes"] = _node_report(tracker)
+    result["daemonset"] = _daemonset_status(client.get_or_none(object_path(objects[-1])))
+    if outcome["done"]:
+        return
+    diagnosis = diagnose_timeout(client, tracker, params["namespace"])
+    result["diagnosis"] = diagnosis
+    result["api_requests"] = client.request_count
+    done = sum(1 for state in tracker.states.values() if state["done"])
+    resource = tracker.plan["resource"]
+    module.fail_json(
+        msg=(
+            f"timed out after {params['wait_timeout']}s waiting for {resource} capacity: "
+            f"{done} of {len(tracker.states)} nodes ready. " + " ".join(diagnosis)
+        ),
+        **result,
+    )
+
+
+def _absent(module, client, result: dict) -> None:
+    removed = [delete_object(client, target, module.check_mode) for target in removal_targets(module.params)]
+    for entry in removed:
+        if entry.get("warning"):
+            module.warn(entry["warning"])
+    result["changed"] = any(entry["changed"] for entry in removed)
+    result["objects"] = [summary(entry) for entry in removed]
+    if module._diff:
+        result["diff"] = [diff_entry(entry) for entry in removed if entry["changed"]]
+
+
+def run_module(module) -> None:
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR))
+    result: dict = {"changed": False, "objects": [], "nodes": {}, "waited": 0, "daemonset": {}}
+    try:
+        for warning in validate_params(module.params):
+            module.warn(warning)
+        configuration, _source = load_configuration(module.params)
+        if not configuration.verify_ssl:
+            module.warn(
+                "TLS certificate verification of the API server is disabled (validate_certs=false or an insecure "
+                "kubeconfig): the connection can be intercepted; set ca_cert instead"
+            )
+        client = KubeClient(configuration)
+        if module.params["state"] == "present":
+            _present(module, client, result)
+        else:
+            _absent(module, client, result)
+    except DevicePluginError as error:
+        result.update(error.details)
+        module.fail_json(msg=error.msg, **result)
+    result["api_requests"] = client.request_count
+    module.exit_json(**result)

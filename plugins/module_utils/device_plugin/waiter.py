@@ -1,0 +1,191 @@
+# Copyright (c) kubegpu.node contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to kubegpu.node.nvidia_device_plugin: the event-driven wait for GPU capacity.
+#
+# One list of nodes, then one watch from that list's resourceVersion; each event re-evaluates only the node it names,
+# so the cost per event does not depend on the cluster's size. A 410 Gone (history compacted) or a stream that ends
+# or breaks before the deadline leads to a fresh list. Pods are read only to explain a timeout (one list by label,
+# then the logs of at most MAX_LOGS failing pods). The clock and sleep are parameters so tests control time.
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import (
+    KubeApiError,
+    KubeTransportError,
+    WatchGone,
+    WatchInterrupted,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import CONTAINER_NAME, POD_SELECTOR
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.readiness import (
+    diagnose,
+    needs_logs,
+    node_state,
+    plugin_would_run,
+    pod_problem,
+    pods_by_node,
+)
+
+NODES_PATH = "/api/v1/nodes"
+MAX_LOGS = 5
+LOG_TAIL_LINES = 20
+LOG_LIMIT_BYTES = 16384
+RELIST_PAUSE = 0.2
+
+
+def slim_node(node: dict) -> dict:
+    """Only what readiness and diagnosis read, so that thousands of nodes stay small in memory."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
+        "spec": {"taints": (node.get("spec") or {}).get("taints") or []},
+        "status": {
+            "capacity": {k: v for k, v in (status.get("capacity") or {}).items() if k.startswith("nvidia.com/")},
+            "allocatable": {k: v for k, v in (status.get("allocatable") or {}).items() if k.startswith("nvidia.com/")},
+            "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
+        },
+    }
+
+
+class CapacityWait:
+    """Tracks the nodes the wait covers and which of them are done."""
+
+    def __init__(self, plan: dict, pod_spec: dict, expected: dict | None = None, names: list | None = None):
+        self.plan = plan
+        self.pod_spec = pod_spec
+        self.expected = expected
+        self.fixed_targets = set(expected) if expected is not None else (set(names) if names else None)
+        self.nodes: dict = {}
+        self.states: dict = {}
+        self.pending: set = set()
+
+    def _physical(self, name: str):
+        return None if self.expected is None else self.expected.get(name)
+
+    def _is_target(self, name: str) -> bool:
+        if self.fixed_targets is not None:
+            return name in self.fixed_targets
+        node = self.nodes.get(name)
+        return node is not None and plugin_would_run(node, self.pod_spec)
+
+    def update(self, name: str) -> None:
+        if not self._is_target(name):
+            self.states.pop(name, None)
+            self.pending.discard(name)
+            return
+        state = node_state(self.nodes.get(name), name, self.plan, self._physical(name))
+        self.states[name] = state
+        if state["done"]:
+            self.pending.discard(name)
+        else:
+            self.pending.add(name)
+
+    def reset(self, nodes: dict) -> None:
+        self.nodes = nodes
+        self.states = {}
+        self.pending = set()
+        names = set(self.fixed_targets) if self.fixed_targets is not None else set(nodes)
+        for name in names:
+            self.update(name)
+
+    def apply_event(self, event: dict) -> None:
+        obj = event.get("object") or {}
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if event.get("type") == "DELETED":
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = slim_node(obj)
+        self.update(name)
+
+    def complete(self) -> bool:
+        return bool(self.states) and not self.pending
+
+
+def _selectors(pod_spec: dict, fixed_targets) -> dict:
+    query = {}
+    if fixed_targets is None and pod_spec.get("nodeSelector"):
+        # The server filters by the plugin's node selector, so nodes that can never run it cost no traffic.
+        query["labelSelector"] = ",".join(f"{k}={v}" for k, v in sorted(pod_spec["nodeSelector"].items()))
+    return query
+
+
+def wait_for_capacity(client, tracker: CapacityWait, timeout: float, clock=time.monotonic, sleep=time.sleep) -> dict:
+    """Wait until every covered node is done or the timeout passes; returns counters and the outcome."""
+    start = clock()
+    deadline = start + timeout
+    selectors = _selectors(tracker.pod_spec, tracker.fixed_targets)
+    lists = watches = 0
+    while True:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            break
+        listing = client.request("GET", NODES_PATH, query=selectors or None, timeout=max(5.0, min(remaining, 60.0)))
+        lists += 1
+        tracker.reset({node["metadata"]["name"]: slim_node(node) for node in listing.get("items") or []})
+        if tracker.complete():
+            break
+        version = (listing.get("metadata") or {}).get("resourceVersion")
+        try:
+            remaining = deadline - clock()
+            if remaining <= 0:
+                break
+            watches += 1
+            for event in client.watch(NODES_PATH, dict(selectors, resourceVersion=version), timeout=remaining):
+                version = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or version
+                if event.get("type") != "BOOKMARK":
+                    tracker.apply_event(event)
+                    if tracker.complete() or clock() >= deadline:
+                        break
+            if tracker.complete():
+                break
+        except WatchGone:
+            continue
+        except WatchInterrupted:
+            sleep(max(0.0, min(RELIST_PAUSE, deadline - clock())))
+            continue
+    return {
+        "done": tracker.complete(),
+        "waited": round(clock() - start, 3),
+        "lists": lists,
+        "watches": watches,
+    }
+
+
+def _pod_logs(client, namespace: str, pod: dict) -> str | None:
+    kind, _text = pod_problem(pod)
+    query = {"container": CONTAINER_NAME, "tailLines": LOG_TAIL_LINES, "limitBytes": LOG_LIMIT_BYTES}
+    if kind in ("crash_loop", "terminated"):
+        query["previous"] = "true"
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/log"
+    try:
+        return client.get_text(path, query)
+    except (KubeApiError, KubeTransportError):
+        # A missing log leaves the rest of the diagnosis intact.
+        return None
+
+
+def diagnose_timeout(client, tracker: CapacityWait, namespace: str) -> list:
+    """One message per node not done: a single pod list, then logs of at most MAX_LOGS failing pods."""
+    if not tracker.states:
+        if tracker.fixed_targets is None:
+            return ["no node matches the plugin's node_selector, affinity and tolerations, so none can report GPUs"]
+        return ["none of the named nodes exists"]
+    listing = client.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": POD_SELECTOR})
+    by_node = pods_by_node(listing.get("items") or [])
+    messages = []
+    logs_read = 0
+    for name in sorted(tracker.pending):
+        state = tracker.states[name]
+        pods = by_node.get(name) or []
+        pod = pods[0] if pods else None
+        logs = None
+        if needs_logs(state, pod) and logs_read < MAX_LOGS:
+            logs = _pod_logs(client, namespace, pod)
+            logs_read += 1
+        messages.append(diagnose(state, tracker.nodes.get(name), pod, tracker.pod_spec, logs))
+    return messages

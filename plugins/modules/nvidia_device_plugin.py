@@ -1,0 +1,397 @@
+#!/usr/bin/python
+# Copyright (c) kubegpu.node contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_device_plugin
+short_description: Apply the NVIDIA device plugin and wait until nodes report their GPUs
+version_added: 0.1.0
+description:
+  - Applies the NVIDIA k8s-device-plugin as a DaemonSet by server-side apply, with an optional ConfigMap holding the
+    plugin's config file and an optional RuntimeClass C(nvidia).
+  - Validates the plugin config before any API call. Unknown keys, and known keys at the wrong level (which the plugin
+    silently ignores), are errors that name the path and where the key belongs.
+  - With O(wait=true), waits until each node reports its C(nvidia.com/gpu) capacity, not merely until the DaemonSet's
+    pods run. The wait lists nodes once and then watches them, so its API traffic does not grow with the number of
+    nodes.
+  - On timeout, fails with a diagnosis for each node that is not done, such as a node that is not Ready, a plugin
+    pod that a node selector or a taint keeps away, an image pull error, a crash loop, NVML that cannot be loaded
+    because the default runtime is not nvidia, no devices found, unhealthy devices, or a count different from the
+    expected one.
+  - With O(state=absent), deletes the objects this module created. It leaves alone objects without its
+    C(app.kubernetes.io/managed-by=kubegpu.node) label.
+author:
+  - kubegpu.node maintainers (@kubegpu)
+requirements:
+  - kubernetes (the Python client, used to load kubeconfig and in-cluster credentials)
+attributes:
+  check_mode:
+    description: Can run in check mode and return the changed status prediction without modifying the cluster.
+    support: full
+    details: Every write is sent as a server-side dry run (C(dryRun=All)), so admission and validation still run. No
+      object is created, changed or deleted, and the module does not wait.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
+    support: full
+    details: Shows the before and after state of each object that changes, as the server returns it, without status and
+      server bookkeeping fields.
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second run reports no change.
+    support: full
+    details: The module compares each object before and after the apply, ignoring C(resourceVersion),
+      C(managedFields), C(generation) and C(status). A second run with the same options reports no change.
+options:
+  state:
+    description:
+      - V(present) applies the objects and, with O(wait), waits for GPU capacity.
+      - V(absent) deletes the DaemonSet and the ConfigMap, plus the RuntimeClass when O(runtime_class) names one.
+        Only objects labelled C(app.kubernetes.io/managed-by=kubegpu.node) are deleted.
+    type: str
+    default: present
+    choices: [present, absent]
+  namespace:
+    description: Namespace of the DaemonSet and the ConfigMap. The namespace must already exist.
+    type: str
+    default: kube-system
+  name:
+    description: Name of the DaemonSet. Its pods carry the label C(name=nvidia-device-plugin-ds).
+    type: str
+    default: nvidia-device-plugin-daemonset
+  version:
+    description:
+      - Release of the device plugin, used as the image tag.
+      - The default is V(v0.20.0). Mutually exclusive with O(image).
+    type: str
+  registry:
+    description:
+      - Registry and path that serve the C(k8s-device-plugin) image, for example a mirror at an air-gapped site.
+      - The default is V(nvcr.io/nvidia). Mutually exclusive with O(image).
+    type: str
+  image:
+    description:
+      - Full image reference. It overrides O(registry) and O(version).
+    type: str
+  image_pull_policy:
+    description: Image pull policy of the plugin's container.
+    type: str
+    default: IfNotPresent
+    choices: [Always, IfNotPresent, Never]
+  image_pull_secrets:
+    description: Names of Secrets in O(namespace) used to pull the image.
+    type: list
+    elements: str
+    default: []
+  node_selector:
+    description:
+      - Node labels that a node must have to run the plugin, for example C(nvidia.com/gpu.present=true).
+      - Without O(expected_gpus) or O(nodes), the wait covers every node that matches this selector, O(affinity) and
+        the tolerations.
+    type: dict
+    default: {}
+  affinity:
+    description: Pod affinity of the plugin pods, as in a Pod spec.
+    type: dict
+  tolerations:
+    description:
+      - Tolerations added to the default one (C(nvidia.com/gpu) Exists NoSchedule).
+      - Each item uses the keys of a Kubernetes toleration (C(key), C(operator), C(value), C(effect),
+        C(tolerationSeconds)).
+    type: list
+    elements: dict
+    default: []
+  priority_class_name:
+    description: Priority class of the plugin pods.
+    type: str
+    default: system-node-critical
+  resources:
+    description: Resource requests and limits of the plugin's container, as in a container spec.
+    type: dict
+  config:
+    description:
+      - The device plugin's config file (C(version) V(v1)) as a mapping. It is stored in the ConfigMap
+        O(config_map_name) and passed to the plugin through C(CONFIG_FILE) and a volume. A change rolls the pods.
+      - Checked before any API call. C(version) must be V(v1), and C(flags.migStrategy) one of V(none), V(single),
+        V(mixed). C(flags.plugin.deviceListStrategy) takes V(envvar), V(volume-mounts), V(cdi-annotations) or
+        V(cdi-cri), as a string or a list. C(flags.plugin.deviceIDStrategy) takes V(uuid) or V(index).
+        C(sharing.timeSlicing) and C(sharing.mps) cannot both be set, MPS cannot be combined with MIG, and
+        C(replicas) must be at least 2. Every key must be known to the plugin (v0.17 to v0.20) and sit at its
+        level.
+      - With time-slicing or MPS of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N, under
+        C(nvidia.com/gpu.shared) when C(renameByDefault) is true.
+      - Under C(flags.migStrategy) V(single) or V(mixed), the count depends on each GPU's MIG layout. The wait then
+        only requires non-zero capacity equal to allocatable. Under V(mixed), the C(nvidia.com/mig-*) resources
+        count too.
+    type: dict
+  config_map_name:
+    description: Name of the ConfigMap that holds O(config).
+    type: str
+    default: nvidia-device-plugin-config
+  runtime_class:
+    description:
+      - V(true) creates the RuntimeClass C(nvidia) (handler C(nvidia)) and runs the plugin under it. A string does the
+        same under that name. Use it where nvidia is not the container runtime's default.
+      - V(false) creates no RuntimeClass.
+    type: raw
+    default: false
+  force_conflicts:
+    description: Take over fields that another field manager owns, instead of failing with a 409 conflict.
+    type: bool
+    default: false
+  field_manager:
+    description: Field manager name used for server-side apply.
+    type: str
+    default: kubegpu.node
+  wait:
+    description:
+      - Wait until each covered node reports its GPU capacity, with allocatable equal to capacity.
+      - Ignored in check mode.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait before failing with a diagnosis per node. Must be positive.
+    type: int
+    default: 300
+  expected_gpus:
+    description:
+      - Map of node name to the number of physical GPUs the node has (a non-negative integer).
+      - The wait then covers exactly these nodes. Each must report physical GPUs x time-slicing replicas. A node with
+        V(0) must report none.
+      - Mutually exclusive with O(nodes).
+    type: dict
+  nodes:
+    description:
+      - Names of the nodes the wait covers when O(expected_gpus) is not given. Each must report non-zero capacity.
+      - Without this option or O(expected_gpus), the wait covers every node where the plugin would be scheduled.
+    type: list
+    elements: str
+  kubeconfig:
+    description:
+      - Path to a kubeconfig file, or the kubeconfig's content as a mapping.
+      - Without it, and without O(host), the module uses E(KUBECONFIG) or C(~/.kube/config), then the in-cluster
+        service account.
+      - Can be set with E(K8S_AUTH_KUBECONFIG).
+    type: raw
+  context:
+    description: Context of the kubeconfig to use. Can be set with E(K8S_AUTH_CONTEXT).
+    type: str
+  host:
+    description:
+      - URL of the API server, used with O(api_key) or O(client_cert) instead of a kubeconfig.
+      - Can be set with E(K8S_AUTH_HOST).
+    type: str
+  api_key:
+    description: Bearer token for O(host). Can be set with E(K8S_AUTH_API_KEY).
+    type: str
+  validate_certs:
+    description:
+      - Verify the API server's TLS certificate. Turning it off produces a warning.
+    type: bool
+    default: true
+    aliases: [verify_ssl]
+  ca_cert:
+    description:
+      - Path to the CA certificate that signed the API server's certificate.
+      - Can be set with E(K8S_AUTH_SSL_CA_CERT).
+    type: path
+    aliases: [ssl_ca_cert]
+  client_cert:
+    description: Path to a client certificate for TLS client authentication. Can be set with E(K8S_AUTH_CERT_FILE).
+    type: path
+    aliases: [cert_file]
+  client_key:
+    description: Path to the key of O(client_cert). Can be set with E(K8S_AUTH_KEY_FILE).
+    type: path
+    aliases: [key_file]
+  proxy:
+    description: URL of an HTTP proxy to reach the API server through. Can be set with E(K8S_AUTH_PROXY).
+    type: str
+notes:
+  - The module talks to the API server directly, so it usually runs on the controller (C(delegate_to=localhost),
+    C(run_once=true)).
+  - The pods run with C(FAIL_ON_INIT_ERROR=false), as in NVIDIA's static manifest, so a node without usable GPUs
+    keeps a running pod whose log explains why. Setting C(flags.failOnInitError) in O(config) takes precedence.
+  - Each node is checked against its own Ready condition and C(status.capacity) and C(status.allocatable), so a node
+    whose plugin runs but advertises nothing is never reported as ready.
+seealso:
+  - name: NVIDIA k8s-device-plugin
+    description: The device plugin this module deploys.
+    link: https://github.com/NVIDIA/k8s-device-plugin
+"""
+
+EXAMPLES = r"""
+- name: Deploy the device plugin and wait for every GPU node
+  kubegpu.node.nvidia_device_plugin:
+    node_selector:
+      nvidia.com/gpu.present: "true"
+  delegate_to: localhost
+  run_once: true
+
+- name: Deploy with time-slicing (4 replicas) and check each node's count
+  kubegpu.node.nvidia_device_plugin:
+    kubeconfig: /etc/kubernetes/admin.conf
+    config:
+      version: v1
+      sharing:
+        timeSlicing:
+          resources:
+            - name: nvidia.com/gpu
+              replicas: 4
+    expected_gpus:
+      gpu-node-1: 8
+      gpu-node-2: 4
+    wait_timeout: 600
+  delegate_to: localhost
+  run_once: true
+
+- name: Run the plugin under a RuntimeClass where nvidia is not the default runtime
+  kubegpu.node.nvidia_device_plugin:
+    runtime_class: true
+    nodes: [gpu-node-1]
+  delegate_to: localhost
+  run_once: true
+
+- name: Air-gapped site, private registry, token authentication
+  kubegpu.node.nvidia_device_plugin:
+    host: https://10.0.0.1:6443
+    api_key: "{{ vault_k8s_token }}"
+    ca_cert: /etc/kubernetes/pki/ca.crt
+    registry: registry.example.internal/nvidia
+    version: v0.20.0
+    image_pull_secrets: [registry-credentials]
+  delegate_to: localhost
+  run_once: true
+
+- name: Remove what the module created
+  kubegpu.node.nvidia_device_plugin:
+    state: absent
+    runtime_class: true
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+objects:
+  description: Each object the module applied or deleted, and what happened to it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    kind:
+      description: Kind of the object.
+      type: str
+      sample: DaemonSet
+    name:
+      description: Name of the object.
+      type: str
+      sample: nvidia-device-plugin-daemonset
+    namespace:
+      description: Namespace of the object (absent for a RuntimeClass).
+      type: str
+      sample: kube-system
+    action:
+      description: One of created, updated, unchanged, deleted, absent (nothing to delete) or kept (not ours).
+      type: str
+      sample: updated
+    changed:
+      description: Whether the object changed.
+      type: bool
+    changed_fields:
+      description: Dotted paths of the fields that changed, for an updated object.
+      type: list
+      elements: str
+      sample: [spec.template.spec.containers]
+  sample:
+    - kind: DaemonSet
+      name: nvidia-device-plugin-daemonset
+      namespace: kube-system
+      action: created
+      changed: true
+      changed_fields: []
+nodes:
+  description: GPU capacity per node covered by the wait (empty when the module did not wait).
+  returned: always
+  type: dict
+  sample:
+    gpu-node-1:
+      capacity: 32
+      allocatable: 32
+      expected: 32
+      resource: nvidia.com/gpu
+      ready: true
+      found: true
+      node_ready: true
+daemonset:
+  description: Status counters of the DaemonSet after the apply, or after the wait when the module waited.
+  returned: when state=present
+  type: dict
+  sample:
+    desiredNumberScheduled: 2
+    currentNumberScheduled: 2
+    updatedNumberScheduled: 2
+    numberReady: 2
+    numberAvailable: 2
+    numberUnavailable: 0
+    numberMisscheduled: 0
+    observedGeneration: 1
+waited:
+  description: Seconds spent waiting for capacity (0 when the module did not wait).
+  returned: always
+  type: float
+  sample: 12.4
+diagnosis:
+  description: On a wait timeout, one message per node that is not done.
+  returned: on wait timeout
+  type: list
+  elements: str
+  sample:
+    - "gpu-node-2: node reports no nvidia.com/gpu: the plugin cannot load NVML: ..."
+config_errors:
+  description: Every problem found in O(config), each naming its path.
+  returned: when the config is invalid
+  type: list
+  elements: str
+  sample:
+    - >-
+      flags.renameByDefault: 'renameByDefault' is not valid under flags; it belongs at
+      sharing.timeSlicing.renameByDefault or sharing.mps.renameByDefault
+api_requests:
+  description: Number of HTTP requests the module sent to the API server.
+  returned: success
+  type: int
+  sample: 7
+status:
+  description: HTTP status of a failed API request.
+  returned: on API failure
+  type: int
+  sample: 403
+reason:
+  description: Reason of a failed API request, as the API server gave it.
+  returned: on API failure
+  type: str
+  sample: Forbidden
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
+    ARGUMENT_SPEC,
+    MUTUALLY_EXCLUSIVE,
+    REQUIRED_TOGETHER,
+)
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.runner import run_module
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        mutually_exclusive=MUTUALLY_EXCLUSIVE,
+        required_together=REQUIRED_TOGETHER,
+        supports_check_mode=True,
+    )
+    run_module(module)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Run kubegpu.node.nvidia_device_plugin in-process, as Ansible would, and read what it returned.
+
+AnsibleModule reads its arguments from ansible-core's test hook and prints one JSON result before exiting; this
+captures that output, so the tests see exactly what a playbook would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from typing import Any
+
+import urllib3
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.kubegpu.node.plugins.modules import nvidia_device_plugin
+
+
+def run_module(args: dict[str, Any], check_mode: bool = False, diff: bool = False) -> dict[str, Any]:
+    module_args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
+    output = io.StringIO()
+    with patch_module_args(module_args), contextlib.redirect_stdout(output), contextlib.suppress(SystemExit):
+        nvidia_device_plugin.main()
+    text = output.getvalue()
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise AssertionError(f"module printed no JSON result: {text!r}") from error
+
+
+def auth_args(cluster) -> dict[str, Any]:
+    """Credentials for the simulated cluster, the way a user passes host, token and CA."""
+    return {"host": cluster.url, "api_key": cluster.token, "ca_cert": cluster.ca_file}
+
+
+class Api:
+    """A plain HTTP reader of the simulated cluster, independent of the code under test."""
+
+    def __init__(self, cluster):
+        self.base = cluster.url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {cluster.token}", "Accept": "application/json"}
+        kwargs = {"cert_reqs": "CERT_REQUIRED", "ca_certs": cluster.ca_file} if self.base.startswith("https") else {}
+        self.pool = urllib3.PoolManager(**kwargs)
+
+    def get(self, path: str):
+        response = self.pool.request("GET", self.base + path, headers=self.headers)
+        if response.status == 404:
+            return None
+        assert response.status == 200, (path, response.status, response.data[:300])
+        return json.loads(response.data)
+
+
+DAEMONSET = "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin-daemonset"
+CONFIG_MAP = "/api/v1/namespaces/kube-system/configmaps/nvidia-device-plugin-config"
+RUNTIME_CLASS = "/apis/node.k8s.io/v1/runtimeclasses/nvidia"

@@ -1,0 +1,101 @@
+"""kubegpu.node.nvidia_device_plugin through a real ansible-playbook run against the simulated API server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from kubesim import SimCluster, SimNode
+
+REPO = Path(__file__).resolve().parents[2]
+
+PLAYBOOK = textwrap.dedent(
+    """\
+    - name: Device plugin on the simulated cluster
+      hosts: localhost
+      gather_facts: false
+      tasks:
+        - name: Apply with time-slicing and wait for every node
+          kubegpu.node.nvidia_device_plugin:
+            kubeconfig: "{{ kubeconfig_path }}"
+            config:
+              version: v1
+              sharing:
+                timeSlicing:
+                  resources:
+                    - name: nvidia.com/gpu
+                      replicas: 2
+            expected_gpus:
+              gpu-1: 2
+              gpu-2: 4
+            wait_timeout: 30
+          register: first
+
+        - name: Apply again
+          kubegpu.node.nvidia_device_plugin:
+            kubeconfig: "{{ kubeconfig_path }}"
+            config:
+              version: v1
+              sharing:
+                timeSlicing:
+                  resources:
+                    - name: nvidia.com/gpu
+                      replicas: 2
+            expected_gpus:
+              gpu-1: 2
+              gpu-2: 4
+          register: second
+
+        - name: A misplaced config key is refused
+          kubegpu.node.nvidia_device_plugin:
+            kubeconfig: "{{ kubeconfig_path }}"
+            config:
+              version: v1
+              flags:
+                renameByDefault: true
+          register: invalid
+          failed_when: invalid is not failed
+
+        - name: Check what happened
+          ansible.builtin.assert:
+            that:
+              - first is changed
+              - first.nodes['gpu-1'].capacity == 4
+              - first.nodes['gpu-2'].capacity == 8
+              - second is not changed
+              - "'sharing.timeSlicing.renameByDefault' in invalid.msg"
+    """
+)
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
+def test_playbook_run(tmp_path):
+    with SimCluster(nodes=[SimNode("gpu-1", gpus=2), SimNode("gpu-2", gpus=4)], capacity_delay=0.2) as cluster:
+        kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        playbook = tmp_path / "site.yml"
+        playbook.write_text(PLAYBOOK)
+        env = dict(os.environ)
+        collections = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections")
+        env.update(
+            ANSIBLE_COLLECTIONS_PATH=collections,
+            ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+            ANSIBLE_LOCALHOST_WARNING="false",
+            ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+            ANSIBLE_NOCOLOR="true",
+        )
+        completed = subprocess.run(
+            ["ansible-playbook", str(playbook), "-e", f"kubeconfig_path={kubeconfig}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+            check=False,
+        )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    assert "failed=0" in output

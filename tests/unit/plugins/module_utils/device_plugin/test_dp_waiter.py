@@ -1,0 +1,193 @@
+"""The event-driven wait, over a scripted fake API: list, watch, 410 Gone, dropped streams, the deadline."""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import WatchGone, WatchInterrupted
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import capacity_plan
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.waiter import (
+    CapacityWait,
+    diagnose_timeout,
+    wait_for_capacity,
+)
+
+POD_SPEC = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def with_gpus(node, count, version):
+    node = copy.deepcopy(node)
+    node["metadata"]["resourceVersion"] = version
+    node["status"]["capacity"]["nvidia.com/gpu"] = str(count)
+    node["status"]["allocatable"]["nvidia.com/gpu"] = str(count)
+    return node
+
+
+class ScriptedApi:
+    """Answers lists with the current nodes and each watch with the next scripted step."""
+
+    def __init__(self, nodes, watch_steps, clock, pods=(), logs=None):
+        self.nodes = nodes
+        self.steps = list(watch_steps)
+        self.clock = clock
+        self.pods = list(pods)
+        self.logs = logs or {}
+        self.calls = []
+
+    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0):
+        self.calls.append(("list", path, query))
+        if path == "/api/v1/nodes":
+            return {"metadata": {"resourceVersion": "10"}, "items": copy.deepcopy(self.nodes)}
+        return {"items": copy.deepcopy(self.pods)}
+
+    def get_text(self, path, query=None, timeout=10.0):
+        self.calls.append(("log", path, query))
+        return self.logs.get(path.split("/")[-2], "")
+
+    def watch(self, path, query, timeout):
+        self.calls.append(("watch", path, query))
+        step = self.steps.pop(0) if self.steps else ("idle",)
+        if step[0] == "gone":
+            raise WatchGone()
+        if step[0] == "drop":
+            yield from step[1]
+            raise WatchInterrupted("connection reset")
+        if step[0] == "idle":
+            self.clock.now += timeout
+            return
+        for event in step[1]:
+            self.clock.now += 0.1
+            yield event
+
+
+def test_done_at_first_list_needs_no_watch(fixture):
+    clock = Clock()
+    api = ScriptedApi([fixture("node_gpu_ready.json")], [], clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-1": 8})
+    outcome = wait_for_capacity(api, tracker, 30, clock=clock, sleep=clock.sleep)
+    assert outcome == {"done": True, "waited": 0.0, "lists": 1, "watches": 0}
+
+
+def test_capacity_arrives_by_watch(fixture):
+    clock = Clock()
+    node = fixture("node_no_capacity.json")
+    events = [
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "11"}}},
+        {"type": "MODIFIED", "object": with_gpus(node, 4, "12")},
+        {"type": "MODIFIED", "object": with_gpus(node, 8, "13")},
+    ]
+    api = ScriptedApi([node], [("events", events)], clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    outcome = wait_for_capacity(api, tracker, 30, clock=clock, sleep=clock.sleep)
+    assert outcome["done"] is True
+    assert (outcome["lists"], outcome["watches"]) == (1, 1)
+    assert api.calls[1][2]["resourceVersion"] == "10"
+    assert tracker.states["gpu-a100-2"]["capacity"] == 8
+
+
+def test_gone_and_dropped_watch_lead_to_a_fresh_list(fixture):
+    clock = Clock()
+    node = fixture("node_no_capacity.json")
+    steps = [("gone",), ("drop", [{"type": "MODIFIED", "object": with_gpus(node, 2, "11")}])]
+    api = ScriptedApi([node], steps, clock)
+    lists_seen = []
+    answer_list = api.request
+
+    def request(method, path, query=None, **kwargs):
+        lists_seen.append(path)
+        if len(lists_seen) == 3:
+            # By the third list the node has all of its GPUs.
+            api.nodes = [with_gpus(node, 8, "20")]
+        return answer_list(method, path, query, **kwargs)
+
+    api.request = request
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    outcome = wait_for_capacity(api, tracker, 30, clock=clock, sleep=clock.sleep)
+    assert outcome["done"] is True
+    assert (outcome["lists"], outcome["watches"]) == (3, 2)
+
+
+def test_timeout_is_bounded_and_reports_pending(fixture):
+    clock = Clock()
+    api = ScriptedApi([fixture("node_no_capacity.json")], [("idle",)], clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8, "gpu-missing": 2})
+    outcome = wait_for_capacity(api, tracker, 5, clock=clock, sleep=clock.sleep)
+    assert outcome["done"] is False
+    assert outcome["waited"] == 5.0
+    assert tracker.pending == {"gpu-a100-2", "gpu-missing"}
+
+
+def test_selection_without_expected_counts_follows_events(fixture):
+    clock = Clock()
+    ready = fixture("node_gpu_ready.json")
+    control_plane = fixture("node_control_plane.json")
+    api = ScriptedApi([ready, control_plane], [], clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC)
+    outcome = wait_for_capacity(api, tracker, 5, clock=clock, sleep=clock.sleep)
+    assert outcome["done"] is True
+    assert set(tracker.states) == {"gpu-a100-1"}
+
+
+def test_node_selector_is_sent_as_label_selector(fixture):
+    clock = Clock()
+    api = ScriptedApi([fixture("node_gpu_ready.json")], [], clock)
+    spec = dict(POD_SPEC, nodeSelector={"b": "2", "a": "1"})
+    tracker = CapacityWait(capacity_plan(None), spec)
+    wait_for_capacity(api, tracker, 5, clock=clock, sleep=clock.sleep)
+    assert api.calls[0][2] == {"labelSelector": "a=1,b=2"}
+
+
+def test_no_selected_node_is_not_success(fixture):
+    clock = Clock()
+    api = ScriptedApi([fixture("node_control_plane.json")], [("idle",)], clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC)
+    outcome = wait_for_capacity(api, tracker, 3, clock=clock, sleep=clock.sleep)
+    assert outcome["done"] is False
+    assert diagnose_timeout(api, tracker, "kube-system") == [
+        "no node matches the plugin's node_selector, affinity and tolerations, so none can report GPUs"
+    ]
+
+
+def test_diagnosis_reads_pods_once_and_logs_only_of_failing_pods(fixture):
+    clock = Clock()
+    nodes = [fixture("node_gpu_ready.json"), fixture("node_no_capacity.json"), fixture("node_unhealthy.json")]
+    healthy_pod = fixture("pod_running.json")
+    healthy_pod["spec"]["nodeName"] = "gpu-a100-1"
+    failing_pod = fixture("pod_running.json")
+    failing_pod["metadata"]["name"] = "dp-failing"
+    unhealthy_pod = fixture("pod_running.json")
+    unhealthy_pod["metadata"]["name"] = "dp-unhealthy"
+    unhealthy_pod["spec"]["nodeName"] = "gpu-a100-4"
+    api = ScriptedApi(
+        nodes,
+        [("idle",)],
+        clock,
+        pods=[healthy_pod, failing_pod, unhealthy_pod],
+        logs={"dp-failing": fixture("log_nvml.txt")},
+    )
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-1": 8, "gpu-a100-2": 8, "gpu-a100-4": 8})
+    wait_for_capacity(api, tracker, 2, clock=clock, sleep=clock.sleep)
+    api.calls.clear()
+    messages = diagnose_timeout(api, tracker, "kube-system")
+    assert len(messages) == 2
+    assert "default runtime is not nvidia" in messages[0]
+    assert "2 of 8 nvidia.com/gpu unhealthy" in messages[1]
+    kinds = [call[0] for call in api.calls]
+    assert kinds.count("list") == 1
+    log_calls = [call for call in api.calls if call[0] == "log"]
+    assert [call[1] for call in log_calls] == [
+        "/api/v1/namespaces/kube-system/pods/dp-failing/log",
+        "/api/v1/namespaces/kube-system/pods/dp-unhealthy/log",
+    ]
+    assert log_calls[0][2]["tailLines"] == 20
