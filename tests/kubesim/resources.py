@@ -1,0 +1,214 @@
+"""The resource types the simulator serves, and the discovery documents that describe them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SERVER_VERSION = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.5-kubesim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.24.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    singular: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    # Writes to the main resource ignore status, as the real server does for these types.
+    has_status: bool = False
+    subresources: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """How the server names the resource in messages: ``daemonsets.apps``, ``pods``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def base_path(self, namespace: str | None = None) -> str:
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{prefix}/{self.plural}"
+
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType("", "v1", "Namespace", "namespaces", "namespace", False, ("ns",), True, ("status",)),
+    ResourceType("", "v1", "Node", "nodes", "node", False, ("no",), True, ("status",)),
+    ResourceType("", "v1", "Pod", "pods", "pod", True, ("po",), True, ("status", "log")),
+    ResourceType("", "v1", "ConfigMap", "configmaps", "configmap", True, ("cm",)),
+    ResourceType("", "v1", "Event", "events", "event", True, ("ev",)),
+    ResourceType("apps", "v1", "DaemonSet", "daemonsets", "daemonset", True, ("ds",), True, ("status",)),
+    ResourceType("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", False),
+)
+
+BY_PATH: dict[tuple[str, str, str], ResourceType] = {(r.group, r.version, r.plural): r for r in RESOURCES}
+BY_KIND: dict[str, ResourceType] = {r.kind.lower(): r for r in RESOURCES}
+BY_PLURAL: dict[str, ResourceType] = {r.plural: r for r in RESOURCES}
+
+
+def resource_for(name: str) -> ResourceType:
+    """Look a type up by plural, singular, kind or short name (for the Python API)."""
+    key = name.lower()
+    for rtype in RESOURCES:
+        if key in (rtype.plural, rtype.singular, rtype.kind.lower()) or key in rtype.short_names:
+            return rtype
+    raise KeyError(f"kubesim does not simulate {name!r}")
+
+
+def groups() -> dict[str, list[str]]:
+    """Group name -> its versions, core group excluded."""
+    found: dict[str, list[str]] = {}
+    for rtype in RESOURCES:
+        if rtype.group and rtype.version not in found.setdefault(rtype.group, []):
+            found[rtype.group].append(rtype.version)
+    return found
+
+
+def api_versions(server_address: str) -> dict[str, Any]:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
+
+
+def _group_doc(name: str, versions: list[str]) -> dict[str, Any]:
+    entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+
+def api_group_list() -> dict[str, Any]:
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [_group_doc(name, versions) for name, versions in groups().items()],
+    }
+
+
+def api_group(name: str) -> dict[str, Any] | None:
+    versions = groups().get(name)
+    if versions is None:
+        return None
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(name, versions)}
+
+
+def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
+    members = [r for r in RESOURCES if r.group == group and r.version == version]
+    if not members:
+        return None
+    entries: list[dict[str, Any]] = []
+    for rtype in members:
+        entry: dict[str, Any] = {
+            "name": rtype.plural,
+            "singularName": rtype.singular,
+            "namespaced": rtype.namespaced,
+            "kind": rtype.kind,
+            "verbs": list(_VERBS),
+        }
+        if rtype.short_names:
+            entry["shortNames"] = list(rtype.short_names)
+        entries.append(entry)
+        for sub in rtype.subresources:
+            entries.append(
+                {
+                    "name": f"{rtype.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rtype.namespaced,
+                    "kind": rtype.kind if sub == "status" else "Pod",
+                    "verbs": ["get", "patch", "update"] if sub == "status" else ["get"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": entries,
+    }
+
+
+def _openapi_path(rtype: ResourceType) -> str:
+    base = rtype.base_path("{namespace}") if rtype.namespaced else rtype.base_path()
+    return base + "/{name}"
+
+
+def openapi_v3_root() -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    versions = {("", "v1")} | {(r.group, r.version) for r in RESOURCES}
+    for group, version in sorted(versions):
+        key = f"apis/{group}/{version}" if group else f"api/{version}"
+        paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash=kubesim1"}
+    return {"paths": paths}
+
+
+def openapi_v3_document(group: str, version: str) -> dict[str, Any] | None:
+    """A minimal OpenAPI v3 document: enough for kubectl to learn that the server validates fields itself.
+
+    kubectl looks for the ``fieldValidation`` query parameter on the resource's PATCH operation; when it finds it,
+    it sends ``fieldValidation=Strict`` and leaves the checking to the server instead of validating client-side.
+    """
+    members = [r for r in RESOURCES if r.group == group and r.version == version]
+    if not members:
+        return None
+    paths: dict[str, Any] = {}
+    schemas: dict[str, Any] = {}
+    for rtype in members:
+        gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+        schema_name = f"io.k8s.kubesim.{rtype.group or 'core'}.{rtype.version}.{rtype.kind}"
+        schemas[schema_name] = {
+            "type": "object",
+            "x-kubernetes-group-version-kind": [gvk],
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {"type": "object"},
+                "status": {"type": "object"},
+                "data": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        }
+        ref = {"$ref": f"#/components/schemas/{schema_name}"}
+        params = [
+            {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+        ]
+        operation = {
+            "x-kubernetes-group-version-kind": gvk,
+            "parameters": params,
+            "responses": {"200": {"content": {"application/json": {"schema": ref}}}},
+        }
+        paths[_openapi_path(rtype)] = {
+            "get": {**operation, "x-kubernetes-action": "get"},
+            "put": {**operation, "x-kubernetes-action": "put"},
+            "patch": {**operation, "x-kubernetes-action": "patch"},
+            "delete": {**operation, "x-kubernetes-action": "delete"},
+        }
+        list_base = rtype.base_path("{namespace}") if rtype.namespaced else rtype.base_path()
+        paths[list_base] = {
+            "get": {**operation, "x-kubernetes-action": "list"},
+            "post": {**operation, "x-kubernetes-action": "post"},
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (kubesim)", "version": SERVER_VERSION["gitVersion"]},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
