@@ -10,8 +10,10 @@ import contextlib
 import io
 import json
 from typing import Any
+from unittest import mock
 
 import urllib3
+from ansible.module_utils import _internal as _module_utils_internal
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubegpu.node.plugins.modules import nvidia_device_plugin
 
@@ -19,7 +21,13 @@ from ansible_collections.kubegpu.node.plugins.modules import nvidia_device_plugi
 def run_module(args: dict[str, Any], check_mode: bool = False, diff: bool = False) -> dict[str, Any]:
     module_args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
     output = io.StringIO()
-    with patch_module_args(module_args), contextlib.redirect_stdout(output), contextlib.suppress(SystemExit):
+    # Importing any controller code (a filter plugin's tests, say) flips ansible-core into controller mode, where
+    # module warnings go to the display instead of the result; a module process never runs in that mode.
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(_module_utils_internal, "is_controller", False))
+        stack.enter_context(patch_module_args(module_args))
+        stack.enter_context(contextlib.redirect_stdout(output))
+        stack.enter_context(contextlib.suppress(SystemExit))
         nvidia_device_plugin.main()
     text = output.getvalue()
     try:

@@ -277,7 +277,7 @@ def test_wrong_ca_fails_clearly(cluster, tmp_path):
 def test_validate_certs_false_warns(cluster):
     result = run_module(args(cluster, ca_cert=None, validate_certs=False, wait=False))
     assert result.get("failed") is not True, result.get("msg")
-    assert any("TLS certificate verification" in warning for warning in warnings_of(result))
+    assert any("TLS certificate verification" in warning for warning in warnings_of(result)), result.get("warnings")
 
 
 def test_api_key_is_not_logged(cluster):
