@@ -17,21 +17,24 @@ if [ -n "$leaked" ]; then
   echo "$leaked" >&2
   exit 1
 fi
-for must in galaxy.yml MANIFEST.json LICENSE README.md meta/runtime.yml playbooks/site.yml \
+for must in MANIFEST.json FILES.json LICENSE README.md meta/runtime.yml playbooks/site.yml \
     roles/container_runtime/meta/argument_specs.yml; do
   grep -qx "$must" "$work/contents" || { echo "$must is missing from the tarball" >&2; exit 1; }
 done
 
-# Install into a path of its own, and see only that path: the result must not lean on the source tree.
-ANSIBLE_COLLECTIONS_PATH="$work/installed" ansible-galaxy collection install --offline "$tarball" \
-  -p "$work/installed" >/dev/null
+# Install into a path of its own, and see only that path: the result must not lean on the source tree (whose
+# development link would otherwise count as "already installed").
 export ANSIBLE_COLLECTIONS_PATH="$work/installed" ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 unset PYTHONPATH
+ansible-galaxy collection install --offline --force "$tarball" -p "$work/installed" >/dev/null
+[ -f "$work/installed/ansible_collections/kubegpu/node/MANIFEST.json" ] || { echo "the tarball did not install" >&2; exit 1; }
+cd "$work"
 ansible-doc -t role kubegpu.node.container_runtime >/dev/null
 for path in "$root"/plugins/modules/*.py; do
   [ -e "$path" ] || continue
   module=$(basename "$path" .py)
   ansible-doc -t module "kubegpu.node.$module" >/dev/null
 done
+ansible-doc -t filter kubegpu.node.docker_daemon_config >/dev/null
 ansible-playbook kubegpu.node.site --syntax-check -i localhost, >/dev/null
 echo "installed collection: roles, modules and kubegpu.node.site resolve by FQCN"
