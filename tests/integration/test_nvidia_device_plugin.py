@@ -285,6 +285,13 @@ def test_api_key_is_not_logged(cluster):
     assert cluster.token not in str(result)
 
 
+def test_inline_kubeconfig_credentials_are_not_logged(cluster):
+    result = run_module({"kubeconfig": cluster.kubeconfig_dict(), "wait": False})
+    assert result.get("failed") is not True, result.get("msg")
+    assert "invocation" in result
+    assert cluster.token not in str(result)
+
+
 # API errors and retries ------------------------------------------------------------------------------------------
 
 

@@ -173,3 +173,26 @@ def expected_counts(params: dict) -> dict | None:
     if expected is None:
         return None
     return {str(node): int(str(count), 10) if not isinstance(count, int) else count for node, count in expected.items()}
+
+
+# Credentials a kubeconfig given inline (a dict) can carry; its `users` entries hold them.
+KUBECONFIG_SECRET_KEYS = frozenset(
+    ("token", "password", "client-key-data", "access-token", "refresh-token", "client-secret", "id-token")
+)
+
+
+def kubeconfig_secrets(kubeconfig) -> set:
+    """The secret values inside an inline kubeconfig, so that the module can keep them out of its output."""
+    secrets = set()
+    pending = [user.get("user") for user in (kubeconfig or {}).get("users") or [] if isinstance(user, dict)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in KUBECONFIG_SECRET_KEYS and isinstance(value, str) and value:
+                    secrets.add(value)
+                else:
+                    pending.append(value)
+        elif isinstance(node, list):
+            pending.extend(node)
+    return secrets

@@ -18,6 +18,7 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.apply i
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
     check_options,
     expected_counts,
+    kubeconfig_secrets,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client import (
     HAS_KUBERNETES,
@@ -146,6 +147,9 @@ def _absent(module, client, result: dict) -> None:
 
 
 def run_module(module) -> None:
+    if isinstance(module.params.get("kubeconfig"), dict):
+        # An inline kubeconfig is a plain dict option: its tokens and keys would show in the returned invocation.
+        module.no_log_values.update(kubeconfig_secrets(module.params["kubeconfig"]))
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR))
     result: dict = {"changed": False, "objects": [], "nodes": {}, "waited": 0, "daemonset": {}}

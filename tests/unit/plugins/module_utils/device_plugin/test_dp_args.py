@@ -71,3 +71,18 @@ def test_image_reference():
     assert image_reference(params()) == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
     assert image_reference(params(version="v0.18.2")) == "nvcr.io/nvidia/k8s-device-plugin:v0.18.2"
     assert image_reference(params(image="mirror/dp:1")) == "mirror/dp:1"
+
+
+def test_kubeconfig_secrets_finds_credentials_of_every_user():
+    from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import kubeconfig_secrets
+
+    kubeconfig = {
+        "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443", "certificate-authority-data": "CA"}}],
+        "users": [
+            {"name": "admin", "user": {"token": "tok-123"}},
+            {"name": "cert", "user": {"client-certificate-data": "CERT", "client-key-data": "KEY-456"}},
+            {"name": "oidc", "user": {"auth-provider": {"config": {"id-token": "id-789", "client-id": "kubectl"}}}},
+        ],
+    }
+    assert kubeconfig_secrets(kubeconfig) == {"tok-123", "KEY-456", "id-789"}
+    assert kubeconfig_secrets({}) == set()
