@@ -72,7 +72,7 @@ options:
     type: str
   image:
     description:
-      - Full image reference. It overrides O(registry) and O(version).
+      - Full image reference, in place of O(registry) and O(version) (mutually exclusive with both).
     type: str
   image_pull_policy:
     description: Image pull policy of the plugin's container.
