@@ -121,7 +121,7 @@ def _present(module, client, result: dict) -> None:
     result["daemonset"] = _daemonset_status(client.get_or_none(object_path(objects[-1])))
     if outcome["done"]:
         return
-    diagnosis = diagnose_timeout(client, tracker, params["namespace"])
+    diagnosis = diagnose_timeout(client, tracker, params["namespace"], params["name"])
     result["diagnosis"] = diagnosis
     result["api_requests"] = client.request_count
     done = sum(1 for state in tracker.states.values() if state["done"])

@@ -169,14 +169,38 @@ def _pod_logs(client, namespace: str, pod: dict) -> str | None:
         return None
 
 
-def diagnose_timeout(client, tracker: CapacityWait, namespace: str) -> list:
+def _daemonset_create_failure(client, namespace: str, daemonset: str) -> str | None:
+    """The newest FailedCreate event of the DaemonSet (a missing RuntimeClass, a quota, an admission webhook)."""
+    selector = f"involvedObject.kind=DaemonSet,involvedObject.name={daemonset},reason=FailedCreate"
+    try:
+        listing = client.request("GET", f"/api/v1/namespaces/{namespace}/events", query={"fieldSelector": selector})
+    except (KubeApiError, KubeTransportError):
+        return None
+    events = listing.get("items") or []
+    if not events:
+        return None
+    newest = max(events, key=lambda event: event.get("lastTimestamp") or event.get("eventTime") or "")
+    return newest.get("message") or None
+
+
+def diagnose_timeout(client, tracker: CapacityWait, namespace: str, daemonset: str | None = None) -> list:
     """One message per node not done: a single pod list, then logs of at most MAX_LOGS failing pods."""
     if not tracker.states:
         if tracker.fixed_targets is None:
             return ["no node matches the plugin's node_selector, affinity and tolerations, so none can report GPUs"]
         return ["none of the named nodes exists"]
-    listing = client.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": POD_SELECTOR})
+    try:
+        listing = client.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": POD_SELECTOR})
+    except KubeApiError as error:
+        # Narrow RBAC (no list on pods) must not hide what the nodes themselves say.
+        return [
+            diagnose_without_pods(tracker.states[name], tracker.nodes.get(name), tracker.pod_spec, error)
+            for name in sorted(tracker.pending)
+        ]
     by_node = pods_by_node(listing.get("items") or [])
+    create_failure = None
+    if daemonset and any(not by_node.get(name) for name in tracker.pending):
+        create_failure = _daemonset_create_failure(client, namespace, daemonset)
     messages = []
     logs_read = 0
     for name in sorted(tracker.pending):
@@ -187,5 +211,19 @@ def diagnose_timeout(client, tracker: CapacityWait, namespace: str) -> list:
         if needs_logs(state, pod) and logs_read < MAX_LOGS:
             logs = _pod_logs(client, namespace, pod)
             logs_read += 1
-        messages.append(diagnose(state, tracker.nodes.get(name), pod, tracker.pod_spec, logs))
+        message = diagnose(state, tracker.nodes.get(name), pod, tracker.pod_spec, logs)
+        if pod is None and create_failure and state.get("node_ready"):
+            message += f"; the DaemonSet cannot create its pods: {create_failure}"
+        messages.append(message)
     return messages
+
+
+def diagnose_without_pods(state: dict, node: dict | None, pod_spec: dict, error: KubeApiError) -> str:
+    """What the node alone tells, when the plugin's pods cannot be read."""
+    if node is None or not state.get("node_ready"):
+        return diagnose(state, node, None, pod_spec)
+    return (
+        f"{state['name']}: reports {state['capacity']} {state['resource']}, allocatable {state['allocatable']}"
+        f"{'' if state['expected'] is None else ', expected ' + str(state['expected'])}; the plugin's pods could not"
+        f" be read to say why ({error.status} {error.api_reason or error.reason}: allow list on pods for a diagnosis)"
+    )

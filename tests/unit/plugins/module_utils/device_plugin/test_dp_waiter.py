@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import WatchGone, WatchInterrupted
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import (
+    KubeApiError,
+    WatchGone,
+    WatchInterrupted,
+)
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import capacity_plan
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.waiter import (
     CapacityWait,
@@ -191,3 +195,70 @@ def test_diagnosis_reads_pods_once_and_logs_only_of_failing_pods(fixture):
         "/api/v1/namespaces/kube-system/pods/dp-unhealthy/log",
     ]
     assert log_calls[0][2]["tailLines"] == 20
+
+
+class ForbiddenPodsApi(ScriptedApi):
+    """Nodes are readable, pods are not (narrow RBAC)."""
+
+    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0):
+        if "/pods" in path:
+            self.calls.append(("list", path, query))
+            raise KubeApiError(
+                403, "Forbidden", method, path, b'{"reason": "Forbidden", "message": "pods is forbidden"}'
+            )
+        return super().request(method, path, query, body, content_type, timeout)
+
+
+def test_diagnosis_falls_back_to_the_nodes_when_pods_are_forbidden(fixture):
+    clock = Clock()
+    api = ForbiddenPodsApi([fixture("node_gpu_ready.json"), fixture("node_no_capacity.json")], [("idle",)], clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-1": 8, "gpu-a100-2": 8})
+    wait_for_capacity(api, tracker, 2, clock=clock, sleep=clock.sleep)
+    messages = diagnose_timeout(api, tracker, "kube-system", "nvidia-device-plugin-daemonset")
+    assert len(messages) == 1
+    assert messages[0].startswith("gpu-a100-2: reports 0 nvidia.com/gpu")
+    assert "expected 8" in messages[0]
+    assert "403 Forbidden" in messages[0]
+    assert "allow list on pods" in messages[0]
+
+
+class EventsApi(ScriptedApi):
+    def __init__(self, *args, events=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.events = list(events)
+
+    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0):
+        if path.endswith("/events"):
+            self.calls.append(("list", path, query))
+            return {"items": copy.deepcopy(self.events)}
+        return super().request(method, path, query, body, content_type, timeout)
+
+
+def test_diagnosis_names_why_the_daemonset_creates_no_pods(fixture):
+    clock = Clock()
+    failed_create = {
+        "reason": "FailedCreate",
+        "lastTimestamp": "2026-11-22T05:00:00Z",
+        "message": 'Error creating: pods "nvidia-device-plugin-daemonset-" is forbidden: pod rejected: '
+        'RuntimeClass "nvidia" not found',
+    }
+    older = dict(failed_create, lastTimestamp="2026-11-22T04:00:00Z", message="an older failure")
+    api = EventsApi([fixture("node_no_capacity.json")], [("idle",)], clock, events=[older, failed_create])
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    wait_for_capacity(api, tracker, 2, clock=clock, sleep=clock.sleep)
+    api.calls.clear()
+    messages = diagnose_timeout(api, tracker, "kube-system", "nvidia-device-plugin-daemonset")
+    assert len(messages) == 1
+    assert "no device plugin pod on this node" in messages[0]
+    assert (
+        'the DaemonSet cannot create its pods: Error creating: pods "nvidia-device-plugin-daemonset-" is forbidden'
+        in messages[0]
+    )
+    assert 'RuntimeClass "nvidia" not found' in messages[0]
+    events_query = [query for kind, path, query in api.calls if path.endswith("/events")]
+    assert events_query == [
+        {
+            "fieldSelector": "involvedObject.kind=DaemonSet,involvedObject.name=nvidia-device-plugin-daemonset,"
+            "reason=FailedCreate"
+        }
+    ]
