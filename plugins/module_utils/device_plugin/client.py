@@ -180,6 +180,19 @@ class KubeClient:
             f"cannot reach the API server at {self.base} ({method} {path}): {error}", url=self.base
         )
 
+    def _send(self, method: str, url: str, read_timeout: float, data=None, content_type=None, stream: bool = False):
+        """One counted HTTP exchange; urllib3's own retries are off, callers decide what is worth retrying."""
+        self.request_count += 1
+        return self._pool.request(
+            method,
+            url,
+            body=data,
+            headers=self._headers(content_type),
+            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+            retries=False,
+            preload_content=not stream,
+        )
+
     def request(self, method: str, path: str, query: dict | None = None, body=None, content_type=None, timeout=30.0):
         """One API call with retries on 429/5xx and on connection errors; returns the parsed JSON answer."""
         data = None
@@ -190,16 +203,8 @@ class KubeClient:
         attempt = 0
         while True:
             attempt += 1
-            self.request_count += 1
             try:
-                response = self._pool.request(
-                    method,
-                    url,
-                    body=data,
-                    headers=self._headers(content_type),
-                    timeout=urllib3.Timeout(connect=10.0, read=timeout),
-                    retries=False,
-                )
+                response = self._send(method, url, timeout, data, content_type)
             except Urllib3SSLError as error:
                 raise self._transport_error(error, method, path) from None
             except Urllib3HTTPError as error:
@@ -230,15 +235,8 @@ class KubeClient:
 
     def get_text(self, path: str, query: dict | None = None, timeout: float = 10.0) -> str:
         """A plain-text answer (pod logs); no retries: logs only enrich a diagnosis."""
-        self.request_count += 1
         try:
-            response = self._pool.request(
-                "GET",
-                self._url(path, query),
-                headers=self._headers(),
-                timeout=urllib3.Timeout(connect=10.0, read=timeout),
-                retries=False,
-            )
+            response = self._send("GET", self._url(path, query), timeout)
         except Urllib3HTTPError as error:
             raise self._transport_error(error, "GET", path) from None
         if response.status != 200:
@@ -248,16 +246,8 @@ class KubeClient:
     def watch(self, path: str, query: dict, timeout: float):
         """Yield watch events (dicts) until the stream ends; WatchGone on 410, WatchInterrupted on a broken stream."""
         query = dict(query, watch="true", allowWatchBookmarks="true", timeoutSeconds=max(1, int(timeout)))
-        self.request_count += 1
         try:
-            response = self._pool.request(
-                "GET",
-                self._url(path, query),
-                headers=self._headers(),
-                timeout=urllib3.Timeout(connect=10.0, read=timeout + 5.0),
-                retries=False,
-                preload_content=False,
-            )
+            response = self._send("GET", self._url(path, query), timeout + 5.0, stream=True)
         except Urllib3SSLError as error:
             raise self._transport_error(error, "GET", path) from None
         except Urllib3HTTPError as error:
