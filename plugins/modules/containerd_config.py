@@ -244,12 +244,17 @@ class Planner:
             self.fail(f"{path} is imported by containerd's configuration but does not exist")
         return cc.loads(text, path)
 
+    def _current(self) -> tuple:
+        """The main file as it is, the role's record as text and parsed, and whether the record is of this setup."""
+        main_before = read_text(self.module, self.main)
+        record_before = read_text(self.module, self.params["record"])
+        record = cc.parse_record(record_before, self.params["record"])
+        mine = record.get("dropin") == self.dropin and record.get("path") == self.main
+        return main_before, record_before, record, mine
+
     def present(self) -> dict:
         params = self.params
-        main_before = read_text(self.module, self.main)
-        record_before = read_text(self.module, params["record"])
-        record = cc.parse_record(record_before, params["record"])
-        mine = record.get("dropin") == self.dropin and record.get("path") == self.main
+        main_before, record_before, record, mine = self._current()
         if main_before is None:
             main_text = self.containerd("config", "default")
             created_sha = cc.sha256(main_text)
@@ -352,11 +357,7 @@ class Planner:
         }
 
     def absent(self) -> dict:
-        params = self.params
-        main_before = read_text(self.module, self.main)
-        record_before = read_text(self.module, params["record"])
-        record = cc.parse_record(record_before, params["record"])
-        mine = record.get("dropin") == self.dropin and record.get("path") == self.main
+        main_before, record_before, record, mine = self._current()
         main_after = main_before
         if main_before is not None and mine and record.get("import_added") is True:
             main_after = cc.remove_import(main_before, self.dropin, record.get("imports_key_added") is True)
