@@ -22,7 +22,7 @@ export CONTAINERS_CONF := $(ROOT)/tools/containers.conf
 
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard $(ROOT)/molecule/*/molecule.yml))))
 # sid is not built: its systemd (262) does not boot on these cgroup v1 hosts; containerd 2.x comes from sid onto trixie.
-IMAGES ?= bookworm trixie
+IMAGES ?= bullseye bookworm trixie
 
 .PHONY: help setup system venv link images kubectl lint sanity unit molecule test demo build clean
 

@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work="$root/.tmp/images"
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie)
+[ ${#suites[@]} -gt 0 ] || suites=(bullseye bookworm trixie)
 mkdir -p "$work"
 
 build() {

@@ -1,0 +1,196 @@
+#!/usr/bin/python
+# Copyright: contributors to the kubegpu.node collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Documentation only: kubegpu.node.service_config is an action plugin (plugins/action/service_config.py) that runs on
+# the controller and acts on the node through builtin modules.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: service_config
+short_description: Write a service's configuration files, restart it, verify it, and roll everything back on failure
+version_added: 0.2.0
+description:
+  - The one write-restart-verify-roll-back step of this collection. The roles C(kubegpu.node.container_runtime),
+    C(kubegpu.node.kubelet) and C(kubegpu.node.nvidia_container_toolkit) write every configuration file through it.
+  - Reads each file in O(files) (through a symbolic link, its final target), and writes those whose content, mode,
+    owner or group differ, in the order given, atomically (M(ansible.builtin.copy)). A file whose O(files[].content)
+    is null is removed. A copy of every file it replaces or removes is kept in O(backup_dir) first.
+  - Then, when anything changed and O(restart) is true, clears systemd's failed state and start-limit counter of
+    O(service), restarts it and waits until it answers (O(verify)).
+  - When a write, the restart or the verification fails, it puts every file back exactly as it was (the same bytes,
+    owner and mode; a file it created is removed; a symbolic link stays a link and only its target is restored),
+    restarts the service with them, and fails with the service's own last error from its journal, saying whether
+    systemd's start limit was hit.
+  - An undo record (what a role changed, so that C(state=absent) can restore it) is best passed as one more file, so
+    that it is written and restored together with the configuration it describes.
+  - Runs on the controller; on the node it needs only what ansible-core's builtin modules need (Python 3.8 or later).
+author:
+  - kubegpu.node maintainers (@kubegpu)
+attributes:
+  action:
+    support: full
+    description: Runs as an action plugin on the controller.
+  check_mode:
+    support: full
+    description: Reads the files and reports what would change (and whether the service would restart); writes and
+      restarts nothing.
+  diff_mode:
+    support: full
+    description: Shows each changed file before and after (a symbolic link is shown with its target).
+  idempotent:
+    support: full
+    description: Files that already hold the content, mode and ownership asked for are not written, and the service
+      is not restarted.
+options:
+  service:
+    description:
+      - The systemd unit that reads the files (C(.service) is added when no suffix is given).
+      - Omit it for files that no daemon needs to re-read.
+    type: str
+  files:
+    description: The files to write or remove, in order. All are restored together when any step fails.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      path:
+        description:
+          - The file. When it is a symbolic link (also a dangling one), the link is kept and its final target is
+            written.
+        type: path
+        required: true
+      content:
+        description:
+          - The text the file must hold (UTF-8).
+          - Null (V(none)) when the file must not exist.
+        type: str
+      mode:
+        description:
+          - The file's mode, as octal digits (V('0644')). When not given, an existing file keeps its mode and a new
+            one gets V('0644').
+        type: raw
+      owner:
+        description: The file's owner. When not given, an existing file keeps its owner and a new one is V(root)'s.
+        type: str
+      group:
+        description: The file's group. When not given, an existing file keeps its group and a new one gets V(root).
+        type: str
+      validate:
+        description:
+          - A command that checks a candidate before it replaces the file; C(%s) stands for the candidate's path.
+          - As O(ansible.builtin.copy#module:validate). A refused candidate leaves every file as it was.
+        type: str
+  restart:
+    description:
+      - Restart O(service) after a change.
+      - When false, the files are written and RV(restart_pending) says that the service still runs with the
+        previous ones.
+    type: bool
+    default: true
+  daemon_reload:
+    description: Run C(systemctl daemon-reload) before the restart (for unit files and their drop-ins).
+    type: bool
+    default: false
+  verify:
+    description:
+      - How to know that the service answers after its restart. Without it, only systemd's word counts
+        (C(systemctl is-active) after O(verify.delay) seconds).
+    type: dict
+    suboptions:
+      command:
+        description: A command (a list of arguments, run on the node without a shell) that exits 0 once the service
+          answers.
+        type: list
+        elements: str
+      url:
+        description: A URL fetched on the node (M(ansible.builtin.uri)) that answers 200 once the service answers.
+        type: str
+      retries:
+        description: How many times to ask.
+        type: int
+        default: 15
+      delay:
+        description: Seconds between two tries.
+        type: float
+        default: 2.0
+  backup_dir:
+    description: Where the previous files are copied (mode C(0600), in a folder of mode C(0700)), one copy per change.
+    type: path
+    default: /var/lib/kubegpu/backup
+  error_pattern:
+    description:
+      - A regular expression (Python) for the journal lines of O(service) that read like its own error; the last one
+        logged since the restart is quoted when the service does not come back.
+      - The default matches the formats of dockerd, containerd, CRI-O and the kubelet.
+    type: str
+notes:
+  - Content is compared by SHA-1 with the file on the node, so a no-op run reads each file's checksum and nothing else.
+seealso:
+  - module: ansible.builtin.copy
+  - module: ansible.builtin.systemd_service
+"""
+
+EXAMPLES = r"""
+- name: Write containerd's nvidia drop-in and the import of it, restart containerd, roll back if it does not answer
+  kubegpu.node.service_config:
+    service: containerd
+    files:
+      - path: /etc/containerd/conf.d/99-nvidia.toml
+        content: "{{ plan.dropin_content }}"
+        mode: "0600"
+      - path: /etc/containerd/config.toml
+        content: "{{ plan.main_content }}"
+    verify:
+      command: [ctr, version]
+
+- name: Remove a drop-in (content null), restarting the kubelet and waiting for its health endpoint
+  kubegpu.node.service_config:
+    service: kubelet
+    files:
+      - path: /etc/kubernetes/kubelet.conf.d/50-gpu.conf
+        content: null
+    verify:
+      url: http://127.0.0.1:10248/healthz
+
+- name: Write a file that no daemon re-reads, with a backup and a rollback if the write fails
+  kubegpu.node.service_config:
+    files:
+      - path: /etc/nvidia-container-runtime/config.toml
+        content: "{{ toolkit_config_text }}"
+"""
+
+RETURN = r"""
+files:
+  description: One entry per file of O(files), in the same order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The path as given.
+      type: str
+    real_path:
+      description: Where the bytes are written (the final target of a symbolic link, else O(files[].path)).
+      type: str
+    changed:
+      description: Whether the file's content, mode, owner or group differ (and were, or would be, changed).
+      type: bool
+    existed:
+      description: Whether the file existed before.
+      type: bool
+    backup:
+      description: The copy of the previous file in O(backup_dir); null when there was none to keep.
+      type: str
+      returned: when the file was written or removed
+restarted:
+  description: Whether O(service) was restarted (in check mode, whether it would be).
+  returned: always
+  type: bool
+restart_pending:
+  description: Files changed but O(restart) was false, so O(service) still runs with the previous ones.
+  returned: always
+  type: bool
+"""

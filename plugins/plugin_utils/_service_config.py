@@ -1,0 +1,188 @@
+# Copyright: contributors to the kubegpu.node collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Private helper of the kubegpu.node.service_config action, not a public API: it can change at any time.
+# Pure functions only (the decisions and the messages), so the unit tests need no host.
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# Lines a daemon writes when it refuses to start, in the formats of dockerd/containerd (logrus), CRI-O, the kubelet
+# (klog: "E1122 ..." / "F1122 ...") and plain programs.
+DEFAULT_ERROR_PATTERN = r"(?i)(level=(fatal|error)|\b(fatal|error|failed|unrecognized|invalid|refus\w*)\b|^[EF]\d{4} )"
+NEW_FILE_MODE = "0644"
+NEW_FILE_OWNER = "root"
+NEW_FILE_GROUP = "root"
+
+
+class PlanError(ValueError):
+    """A file that cannot be managed safely; the text names it and says what to do."""
+
+
+@dataclass
+class FileState:
+    """What the node has at one managed path, as read before any change."""
+
+    path: str  # the path the caller named
+    real_path: str  # where the bytes live: the path itself, or the final target of a symbolic link
+    is_link: bool = False
+    exists: bool = False  # whether real_path exists
+    checksum: str | None = None  # sha1 of real_path's bytes
+    mode: str | None = None  # four octal digits
+    owner: str | None = None
+    group: str | None = None
+
+
+@dataclass
+class FileChange:
+    """One file of the request, and what applying it means."""
+
+    spec: dict[str, Any]
+    state: FileState
+    content_differs: bool = False
+    attributes_differ: list[str] = field(default_factory=list)
+
+    @property
+    def wanted(self) -> bool:
+        return self.spec.get("content") is not None
+
+    @property
+    def changed(self) -> bool:
+        return self.content_differs or bool(self.attributes_differ)
+
+
+def sha1(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def normal_mode(mode: Any, path: str) -> str | None:
+    """A mode given as "0644", "644" or 420 as four octal digits; symbolic modes are refused (they are ambiguous)."""
+    if mode is None:
+        return None
+    if isinstance(mode, int) and not isinstance(mode, bool):
+        if 0 <= mode <= 0o7777:
+            return f"{mode:04o}"
+    elif isinstance(mode, str) and re.fullmatch(r"0?[0-7]{3,4}", mode):
+        return f"{int(mode, 8):04o}"
+    raise PlanError(f"mode of {path} must be octal digits such as '0644', not {mode!r}")
+
+
+def file_state(path: str, link_stat: dict[str, Any], target_stat: dict[str, Any] | None) -> FileState:
+    """Combine the stat of `path` (not followed) and, for a link, the stat of its final target.
+
+    A link whose target does not exist (dangling) is managed through the link too: the target is what gets written.
+    """
+    if link_stat.get("exists") and link_stat.get("islnk"):
+        real = link_stat.get("lnk_source") or path
+        target = target_stat or {}
+        state = FileState(path=path, real_path=real, is_link=True, exists=bool(target.get("exists")))
+        stat = target
+    else:
+        state = FileState(path=path, real_path=path, exists=bool(link_stat.get("exists")))
+        stat = link_stat
+    if state.exists:
+        if not stat.get("isreg"):
+            kind = "a directory" if stat.get("isdir") else "not a regular file"
+            where = f"{path} (a link to {state.real_path})" if state.is_link else path
+            raise PlanError(f"{where} is {kind}; it was left untouched")
+        state.checksum = stat.get("checksum")
+        state.mode = stat.get("mode")
+        state.owner = stat.get("pw_name")
+        state.group = stat.get("gr_name")
+    return state
+
+
+def plan_change(spec: dict[str, Any], state: FileState) -> FileChange:
+    """What differs between a file as it is and as the request wants it."""
+    change = FileChange(spec=spec, state=state)
+    content = spec.get("content")
+    if content is None:
+        change.content_differs = state.exists
+        return change
+    if not state.exists:
+        change.content_differs = True
+        return change
+    change.content_differs = sha1(content) != state.checksum
+    wanted = {
+        "mode": normal_mode(spec.get("mode"), spec["path"]),
+        "owner": spec.get("owner"),
+        "group": spec.get("group"),
+    }
+    current = {"mode": state.mode, "owner": state.owner, "group": state.group}
+    change.attributes_differ = [key for key, value in wanted.items() if value is not None and value != current[key]]
+    return change
+
+
+def write_attributes(change: FileChange) -> dict[str, str]:
+    """owner/group/mode for the write: those asked for; for a new file, root's and 0644 where not asked for.
+
+    An existing file keeps its own where nothing is asked for (the copy module's atomic move keeps them).
+    """
+    spec = change.spec
+    attributes = {
+        "mode": normal_mode(spec.get("mode"), spec["path"]),
+        "owner": spec.get("owner"),
+        "group": spec.get("group"),
+    }
+    if not change.state.exists:
+        defaults = {"mode": NEW_FILE_MODE, "owner": NEW_FILE_OWNER, "group": NEW_FILE_GROUP}
+        attributes = {key: value or defaults[key] for key, value in attributes.items()}
+    return {key: value for key, value in attributes.items() if value is not None}
+
+
+def restore_attributes(state: FileState) -> dict[str, str]:
+    """owner/group/mode that put a file back exactly as it was."""
+    return {"mode": state.mode or NEW_FILE_MODE, "owner": state.owner or "root", "group": state.group or "root"}
+
+
+def backup_name(real_path: str, stamp: str) -> str:
+    """A flat, unique-enough name for the copy of `real_path` in the backup folder."""
+    flat = real_path.strip("/").replace("/", "_") or "root"
+    return f"{flat}.{stamp}"
+
+
+def daemon_error(journal: str, pattern: str = DEFAULT_ERROR_PATTERN) -> str | None:
+    """The last line in the unit's own journal lines that reads like an error, whitespace folded; None if none."""
+    matcher = re.compile(pattern)
+    found = None
+    for line in journal.splitlines():
+        if matcher.search(line):
+            found = line
+    return " ".join(found.split()) if found else None
+
+
+def restart_failure_message(
+    service: str,
+    result: str | None,
+    error: str | None,
+    step_message: str,
+    rolled_back: bool,
+    restored_running: bool,
+) -> str:
+    """Why the service did not come back, telling systemd's start limit apart from the daemon refusing its files."""
+    if error:
+        cause = f"{service} did not come back with the new configuration: {error}"
+    elif result == "start-limit-hit":
+        cause = (
+            f"systemd refused to start {service}: its start limit was hit (too many starts in a short time, "
+            "StartLimitBurst/StartLimitIntervalSec), and the service logged no error of its own, so this is not "
+            "necessarily the new configuration"
+        )
+    else:
+        cause = f"{service} did not come back with the new configuration ({step_message or 'no reason given'})"
+        if result and result != "success":
+            cause += f"; systemd says: {result}"
+    if result == "start-limit-hit" and error:
+        cause += " (systemd's start limit was also hit while it kept restarting)"
+    if not rolled_back:
+        return cause + ". Not every previous file could be put back (see below)."
+    if restored_running:
+        return cause + ". The previous files were put back and the service is running with them again."
+    return (
+        cause + f". The previous files were put back, but {service} does not start with them either: it is down; "
+        f"see `journalctl -u {service}`."
+    )

@@ -1,0 +1,126 @@
+# Copyright (c) kubegpu.node contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The decisions of kubegpu.node.service_config: what differs, what a write and a restore set, what the message says."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
+
+REGULAR = {
+    "exists": True,
+    "isreg": True,
+    "islnk": False,
+    "checksum": sc.sha1("a = 1\n"),
+    "mode": "0640",
+    "pw_name": "root",
+    "gr_name": "docker",
+}
+
+
+def test_regular_file_same_content_is_unchanged():
+    state = sc.file_state("/etc/x.conf", REGULAR, None)
+    change = sc.plan_change({"path": "/etc/x.conf", "content": "a = 1\n"}, state)
+    assert not change.changed
+    assert state.real_path == "/etc/x.conf"
+
+
+def test_content_difference_is_a_change_and_attributes_kept_when_not_asked():
+    state = sc.file_state("/etc/x.conf", REGULAR, None)
+    change = sc.plan_change({"path": "/etc/x.conf", "content": "a = 2\n"}, state)
+    assert change.content_differs
+    assert change.attributes_differ == []
+    # An existing file keeps its mode and owner when none is asked for.
+    assert sc.write_attributes(change) == {}
+
+
+def test_mode_asked_for_is_a_change_even_with_the_same_content():
+    state = sc.file_state("/etc/x.conf", REGULAR, None)
+    change = sc.plan_change({"path": "/etc/x.conf", "content": "a = 1\n", "mode": "600"}, state)
+    assert change.changed and not change.content_differs
+    assert change.attributes_differ == ["mode"]
+    assert sc.write_attributes(change) == {"mode": "0600"}
+
+
+def test_new_file_is_roots_and_0644_unless_asked():
+    state = sc.file_state("/etc/new.conf", {"exists": False}, None)
+    change = sc.plan_change({"path": "/etc/new.conf", "content": "x"}, state)
+    assert change.changed
+    assert sc.write_attributes(change) == {"mode": "0644", "owner": "root", "group": "root"}
+    change = sc.plan_change({"path": "/etc/new.conf", "content": "x", "mode": 0o600}, state)
+    assert sc.write_attributes(change)["mode"] == "0600"
+
+
+def test_removal_of_a_missing_file_is_no_change():
+    state = sc.file_state("/etc/gone.conf", {"exists": False}, None)
+    assert not sc.plan_change({"path": "/etc/gone.conf", "content": None}, state).changed
+    state = sc.file_state("/etc/x.conf", REGULAR, None)
+    assert sc.plan_change({"path": "/etc/x.conf", "content": None}, state).changed
+
+
+def test_link_is_managed_through_its_target_and_restored_with_the_targets_attributes():
+    link = {"exists": True, "islnk": True, "lnk_source": "/srv/conf/x.conf"}
+    state = sc.file_state("/etc/x.conf", link, REGULAR)
+    assert state.is_link and state.real_path == "/srv/conf/x.conf" and state.exists
+    assert sc.restore_attributes(state) == {"mode": "0640", "owner": "root", "group": "docker"}
+
+
+def test_dangling_link_writes_its_target():
+    link = {"exists": True, "islnk": True, "lnk_source": "/srv/conf/missing.conf"}
+    state = sc.file_state("/etc/x.conf", link, {"exists": False})
+    assert state.is_link and not state.exists
+    assert sc.plan_change({"path": "/etc/x.conf", "content": "{}"}, state).changed
+
+
+@pytest.mark.parametrize(
+    ("stat", "message"),
+    [
+        ({"exists": True, "isreg": False, "isdir": True}, "is a directory"),
+        ({"exists": True, "isreg": False, "isdir": False}, "is not a regular file"),
+    ],
+)
+def test_not_a_regular_file_is_refused(stat, message):
+    with pytest.raises(sc.PlanError, match=message):
+        sc.file_state("/etc/x.conf", stat, None)
+
+
+@pytest.mark.parametrize("mode", ["u+rw", "999", "07777x", True, -1])
+def test_bad_modes_are_refused(mode):
+    with pytest.raises(sc.PlanError, match="octal"):
+        sc.normal_mode(mode, "/etc/x")
+
+
+def test_backup_names_are_flat():
+    assert sc.backup_name("/etc/docker/daemon.json", "20261122T000000Z") == "etc_docker_daemon.json.20261122T000000Z"
+
+
+@pytest.mark.parametrize(
+    ("journal", "expected"),
+    [
+        (
+            'time="2026-11-22" level=info msg="Starting up"\n'
+            "unable to configure the Docker daemon with file /etc/docker/daemon.json: invalid character\n"
+            'time="2026-11-22" level=info msg="bye"\n',
+            "unable to configure the Docker daemon with file /etc/docker/daemon.json: invalid character",
+        ),
+        ('level=fatal msg="failed to load TOML"', 'level=fatal msg="failed to load TOML"'),
+        (
+            'E1122 10:00:00.000 1 run.go:72] command failed err="unrecognized feature gate: DevicePlugins"',
+            'E1122 10:00:00.000 1 run.go:72] command failed err="unrecognized feature gate: DevicePlugins"',
+        ),
+        ("all is   well\nstarted", None),
+    ],
+)
+def test_daemon_error_is_the_last_error_line(journal, expected):
+    assert sc.daemon_error(journal) == expected
+
+
+def test_messages_tell_the_start_limit_from_the_daemon_refusing():
+    refused = sc.restart_failure_message("docker.service", "exit-code", "invalid character 'N'", "", True, True)
+    assert "did not come back with the new configuration: invalid character 'N'" in refused
+    assert "running with them again" in refused
+    limited = sc.restart_failure_message("docker.service", "start-limit-hit", None, "", True, True)
+    assert "start limit was hit" in limited and "not necessarily the new configuration" in limited
+    down = sc.restart_failure_message("kubelet.service", "exit-code", None, "timed out", True, False)
+    assert "it is down" in down and "timed out" in down
