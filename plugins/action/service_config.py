@@ -9,15 +9,15 @@
 
 from __future__ import annotations
 
-import base64
-import shlex
+import json
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any
 
 from ansible.module_utils.common.text.converters import to_text
-from ansible.plugins.action import ActionBase
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "service": {"type": "str"},
@@ -41,24 +41,21 @@ ARGUMENT_SPEC: dict[str, Any] = {
         "options": {
             "command": {"type": "list", "elements": "str"},
             "url": {"type": "str"},
+            "expect": {"type": "str"},
             "retries": {"type": "int", "default": 15},
             "delay": {"type": "float", "default": 2.0},
         },
         "mutually_exclusive": [["command", "url"]],
     },
+    "reload": {"type": "bool", "default": False},
+    "no_restart_reason": {"type": "str"},
     "backup_dir": {"type": "path", "default": "/var/lib/kubegpu/backup"},
+    "pending_dir": {"type": "path", "default": "/var/lib/kubegpu/pending"},
     "error_pattern": {"type": "str", "default": sc.DEFAULT_ERROR_PATTERN},
 }
 
 
-class StepFailed(Exception):
-    """A module or command on the node failed; the text is its own message."""
-
-
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
-    _requires_connection = True
-
+class ActionModule(NodeAction):
     def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         del tmp
@@ -66,38 +63,11 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
         try:
             result.update(self._run(args))
-        except (sc.PlanError, StepFailed) as exc:
+        except (sc.PlanError, NodeError) as exc:
             result.update(failed=True, msg=str(exc))
         finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            self.cleanup()
         return result
-
-    # -----------------------------------------------------------------------------------------------------------------
-    # Talking to the node
-    # -----------------------------------------------------------------------------------------------------------------
-
-    def _module(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        outcome = self._execute_module(module_name=name, module_args=args, task_vars=self._vars)
-        if outcome.get("failed"):
-            details = [to_text(outcome.get("msg", "")).strip()]
-            details += [to_text(outcome.get(key, "")).strip() for key in ("stderr", "stdout") if outcome.get(key)]
-            raise StepFailed(": ".join(d for d in details if d) or f"{name} failed")
-        return outcome
-
-    def _command(self, argv: list[str]) -> dict[str, Any]:
-        """A read-only or systemctl command; run the same in check mode (it changes no file the task manages)."""
-        outcome = self._low_level_execute_command(" ".join(shlex.quote(part) for part in argv))
-        outcome["stdout"] = to_text(outcome.get("stdout", ""))
-        outcome["stderr"] = to_text(outcome.get("stderr", ""))
-        return outcome
-
-    def _stat(self, path: str) -> dict[str, Any]:
-        args = {"path": path, "follow": False, "get_checksum": True, "checksum_algorithm": "sha1", "get_mime": False}
-        return self._module("ansible.legacy.stat", args)["stat"]
-
-    def _read(self, path: str) -> str:
-        data = base64.b64decode(self._module("ansible.legacy.slurp", {"src": path})["content"])
-        return data.decode("utf-8", errors="replace")
 
     # -----------------------------------------------------------------------------------------------------------------
     # Planning
@@ -116,8 +86,8 @@ class ActionModule(ActionBase):
                         f"the content planned for {spec['path']} is not valid text ({exc.reason} at character "
                         f"{exc.start}); nothing was changed"
                     ) from None
-            link = self._stat(spec["path"])
-            target = self._stat(link["lnk_source"]) if link.get("exists") and link.get("islnk") else None
+            link = self.stat(spec["path"], checksum=True)
+            target = self.stat(link["lnk_source"], checksum=True) if link.get("exists") and link.get("islnk") else None
             state = sc.file_state(spec["path"], link, target)
             if state.real_path in seen:
                 raise sc.PlanError(f"{spec['path']} and {seen[state.real_path]} are the same file; name it once")
@@ -128,7 +98,9 @@ class ActionModule(ActionBase):
     def _diff(self, change: sc.FileChange) -> dict[str, Any]:
         state, spec = change.state, change.spec
         header = state.path if not state.is_link else f"{state.path} -> {state.real_path}"
-        before = self._read(state.real_path) if state.exists and change.content_differs else None
+        before = None
+        if state.exists and change.content_differs:
+            before = (self.read_bytes(state.real_path) or b"").decode("utf-8", errors="replace")
         after = spec.get("content")
         if not change.content_differs:
             before = after = ""
@@ -148,15 +120,15 @@ class ActionModule(ActionBase):
         """The folders above `path` that do not exist yet, the highest first."""
         missing: list[str] = []
         parent = path.rsplit("/", 1)[0] or "/"
-        while parent != "/" and not self._stat(parent).get("exists"):
+        while parent != "/" and not self.stat(parent).get("exists"):
             missing.insert(0, parent)
             parent = parent.rsplit("/", 1)[0] or "/"
         return missing
 
     def _backup(self, change: sc.FileChange, backup_dir: str, stamp: str) -> str:
-        self._module("ansible.legacy.file", {"path": backup_dir, "state": "directory", "mode": "0700"})
+        self.module("ansible.legacy.file", {"path": backup_dir, "state": "directory", "mode": "0700"})
         backup = f"{backup_dir}/{sc.backup_name(change.state.real_path, stamp)}"
-        self._module(
+        self.module(
             "ansible.legacy.copy",
             {"src": change.state.real_path, "dest": backup, "remote_src": True, "mode": "0600", "follow": False},
         )
@@ -164,10 +136,7 @@ class ActionModule(ActionBase):
 
     def _write(self, change: sc.FileChange, index: int) -> None:
         state, spec = change.state, change.spec
-        tmpdir = self._connection._shell.tmpdir
-        source = self._connection._shell.join_path(tmpdir, f".source-{index}")
-        self._transfer_data(source, spec["content"])
-        self._fixup_perms2((tmpdir, source))
+        source = self.put(f".source-{index}", spec["content"])
         args: dict[str, Any] = {
             "src": source,
             "dest": state.real_path,
@@ -179,40 +148,33 @@ class ActionModule(ActionBase):
         }
         if spec.get("validate"):
             args["validate"] = spec["validate"]
-        self._module("ansible.legacy.copy", args)
+        self.module("ansible.legacy.copy", args)
 
-    def _restore(self, applied: list[tuple[sc.FileChange, str | None, list[str]]]) -> list[str]:
-        """Put every applied file back as it was, the last first; returns what could not be restored."""
+    def _restore(self, entries: list[dict[str, Any]]) -> list[str]:
+        """Put files back as they were (see sc.restore_entry), the last first; returns what could not be restored."""
         problems: list[str] = []
-        for change, backup, created in reversed(applied):
-            state = change.state
+        for entry in reversed(entries):
             try:
-                if backup is not None:
-                    self._module(
-                        "ansible.legacy.copy",
-                        {
-                            "src": backup,
-                            "dest": state.real_path,
-                            "remote_src": True,
-                            "follow": False,
-                            "force": True,
-                            **sc.restore_attributes(state),
-                        },
-                    )
+                if entry["backup"] is not None:
+                    args = {"src": entry["backup"], "dest": entry["real_path"], "remote_src": True, "follow": False}
+                    self.module("ansible.legacy.copy", {**args, "force": True, **entry["attributes"]})
                 else:
-                    self._module("ansible.legacy.file", {"path": state.real_path, "state": "absent"})
-                for folder in reversed(created):
-                    self._command(["rmdir", folder])
-            except StepFailed as exc:
-                problems.append(f"{state.path}: {exc}")
+                    self.module("ansible.legacy.file", {"path": entry["real_path"], "state": "absent"})
+                for folder in reversed(entry["created_dirs"]):
+                    self.command(["rmdir", folder])
+            except NodeError as exc:
+                problems.append(f"{entry['path']}: {exc}")
         return problems
 
     # -----------------------------------------------------------------------------------------------------------------
     # The service
     # -----------------------------------------------------------------------------------------------------------------
 
-    def _answers(self, verify: dict[str, Any] | None, service: str) -> tuple[bool, str]:
-        """Whether the service answers after a restart, asked the way the caller said (else: systemd's word)."""
+    def _answers(self, verify: dict[str, Any] | None, service: str, expect: bool = True) -> tuple[bool, str]:
+        """Whether the service answers after a restart, asked the way the caller said (else: systemd's word).
+
+        `expect` false (after a rollback): the command's answer need not show the new configuration.
+        """
         verify = verify or {}
         retries = max(int(verify.get("retries", 15)), 1)
         delay = max(float(verify.get("delay", 2.0)), 0.0)
@@ -221,9 +183,14 @@ class ActionModule(ActionBase):
             if attempt:
                 time.sleep(delay)
             if verify.get("command"):
-                outcome = self._command(verify["command"])
-                if outcome["rc"] == 0:
+                outcome = self.command(verify["command"])
+                expected = verify.get("expect") if expect else None
+                if outcome["rc"] == 0 and (not expected or re.search(expected, outcome["stdout"])):
                     return True, ""
+                if outcome["rc"] == 0:
+                    said = outcome["stdout"].strip()
+                    last = f"`{' '.join(verify['command'])}` said {said!r}, not what was expected ({expected})"
+                    continue
                 said = (outcome["stderr"] or outcome["stdout"]).strip()
                 last = f"`{' '.join(verify['command'])}` exited {outcome['rc']}: {said}"
             elif verify.get("url"):
@@ -238,28 +205,29 @@ class ActionModule(ActionBase):
             else:
                 if attempt == 0:
                     time.sleep(delay)
-                outcome = self._command(["systemctl", "is-active", service])
+                outcome = self.command(["systemctl", "is-active", service])
                 if outcome["rc"] == 0:
                     return True, ""
                 last = f"systemctl is-active {service}: {outcome['stdout'].strip()}"
         return False, last
 
-    def _restart(self, service: str, daemon_reload: bool, verify: dict[str, Any] | None) -> tuple[bool, str]:
+    def _restart(self, service: str, args: dict[str, Any], expect: bool = True) -> tuple[bool, str]:
         # A unit that failed or was restarted often in the last minutes may be held back by systemd's start limit;
         # that must not be mistaken for the service refusing its new configuration.
-        self._command(["systemctl", "reset-failed", service])
+        self.command(["systemctl", "reset-failed", service])
         try:
-            if daemon_reload:
-                self._module("ansible.legacy.systemd_service", {"daemon_reload": True})
-            self._module("ansible.legacy.systemd_service", {"name": service, "state": "restarted"})
-        except StepFailed as exc:
+            if args["daemon_reload"]:
+                self.module("ansible.legacy.systemd_service", {"daemon_reload": True})
+            state = "reloaded" if args["reload"] else "restarted"
+            self.module("ansible.legacy.systemd_service", {"name": service, "state": state})
+        except NodeError as exc:
             return False, str(exc)
-        return self._answers(verify, service)
+        return self._answers(args.get("verify"), service, expect)
 
     def _why(self, service: str, since: str, pattern: str) -> tuple[str | None, str | None]:
         """systemd's result for the unit, and the daemon's own last error since the restart."""
-        shown = self._command(["systemctl", "show", service, "--property=Result", "--value"])
-        journal = self._command(
+        shown = self.command(["systemctl", "show", service, "--property=Result", "--value"])
+        journal = self.command(
             ["journalctl", f"_SYSTEMD_UNIT={service}", f"--since=@{since}", "--output=cat", "--no-pager", "--lines=200"]
         )
         result = shown["stdout"].strip() or None if shown["rc"] == 0 else None
@@ -267,13 +235,35 @@ class ActionModule(ActionBase):
 
     # -----------------------------------------------------------------------------------------------------------------
 
+    def _pending(self, service: str, pending_file: str) -> tuple[dict[str, Any] | None, str, int]:
+        """The held-back change of `service` that is still not active, with this boot's id and the time since boot."""
+        marker = sc.parse_marker((self.read_bytes(pending_file) or b"").decode("utf-8", errors="replace"))
+        shown = self.command(
+            [
+                "sh",
+                "-c",
+                'cat /proc/sys/kernel/random/boot_id /proc/uptime; systemctl show "$1" '
+                "--property=ExecMainStartTimestampMonotonic --value",
+                "-",
+                service,
+            ]
+        )
+        lines = shown["stdout"].split("\n")
+        boot_id, now = lines[0].strip(), sc.uptime_us(lines[1]) if len(lines) > 1 else 0
+        started = int(lines[2]) if len(lines) > 2 and lines[2].strip().isdigit() else None
+        if marker is not None and not sc.pending_is_current(marker, boot_id, started):
+            marker = None
+        return marker, boot_id, now
+
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         service = args.get("service")
         if service and "." not in service:
             service += ".service"
         changes = self._plan(args["files"])
         changed = [c for c in changes if c.changed]
-        restart_needed = bool(service and changed)
+        pending_file = f"{args['pending_dir']}/{service}.json" if service else ""
+        marker, boot_id, now = self._pending(service, pending_file) if service else (None, "", 0)
+        restart_needed = bool(service and (changed or marker))
         restart = restart_needed and args["restart"]
         out: dict[str, Any] = {
             "changed": bool(changed),
@@ -284,14 +274,21 @@ class ActionModule(ActionBase):
             "restarted": False,
             "restart_pending": restart_needed and not restart,
         }
+        if out["restart_pending"]:
+            reason = f" ({args['no_restart_reason']})" if args.get("no_restart_reason") else ""
+            out["warnings"] = [
+                f"{service} was not restarted{reason}: it still runs with its previous configuration. "
+                f"Restart it when that is safe (drain the node first), or run again with restarts allowed."
+            ]
         if self._task.diff and changed:
             out["diff"] = [self._diff(c) for c in changed]
-        if self._task.check_mode or not changed:
+        if self._task.check_mode or (not changed and not restart):
             out["restarted"] = bool(restart and self._task.check_mode)
             return out
 
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        applied: list[tuple[sc.FileChange, str | None, list[str]]] = []
+        applied: list[dict[str, Any]] = []
+        change = None
         try:
             for index, change in enumerate(changed):
                 backup = self._backup(change, args["backup_dir"], stamp) if change.state.exists else None
@@ -299,38 +296,54 @@ class ActionModule(ActionBase):
                     self._missing_dirs(change.state.real_path) if change.wanted and not change.state.exists else []
                 )
                 for folder in created:
-                    self._module("ansible.legacy.file", {"path": folder, "state": "directory", "mode": "0755"})
-                applied.append((change, backup, created))
+                    self.module("ansible.legacy.file", {"path": folder, "state": "directory", "mode": "0755"})
+                applied.append(sc.restore_entry(change, backup, created))
                 out["files"][changes.index(change)]["backup"] = backup
                 if change.wanted:
                     self._write(change, index)
                 else:
-                    self._module("ansible.legacy.file", {"path": change.state.real_path, "state": "absent"})
-        except StepFailed as exc:
+                    self.module("ansible.legacy.file", {"path": change.state.real_path, "state": "absent"})
+        except NodeError as exc:
             problems = self._restore(applied)
             restored = "Every file was put back as it was" if not problems else "Not every file could be put back"
-            raise StepFailed(
-                f"{change.state.path} was not written: {exc}. {restored}"
+            raise NodeError(
+                f"{change.state.path if change else 'a file'} was not written: {exc}. {restored}"
                 + (f" ({'; '.join(problems)})" if problems else "")
                 + (f", and {service} was not restarted." if service else ".")
             ) from None
 
-        if not restart:
+        # What the service runs with: the files before the first change it has not read yet.
+        entries = sc.merge_restore_entries(marker["restore"] if marker else [], applied)
+        if not service:
             return out
-        since = self._command(["date", "+%s"])["stdout"].strip() or "0"
-        ok, step_message = self._restart(service, args["daemon_reload"], args.get("verify"))
+        if not restart:
+            self.module("ansible.legacy.file", {"path": args["pending_dir"], "state": "directory", "mode": "0700"})
+            record = {"boot_id": boot_id, "written_us": now, "service": service, "restore": entries}
+            self._write_text(pending_file, json.dumps(record, indent=2, sort_keys=True) + "\n")
+            return out
+
+        since = self.command(["date", "+%s"])["stdout"].strip() or "0"
+        ok, step_message = self._restart(service, args)
         if ok:
             out["restarted"] = True
+            if marker:
+                self.module("ansible.legacy.file", {"path": pending_file, "state": "absent"})
             return out
 
         result, error = self._why(service, since, args["error_pattern"])
-        problems = self._restore(applied)
+        problems = self._restore(entries)
         restored_running = False
         if not problems:
-            restored_running, _message = self._restart(service, args["daemon_reload"], args.get("verify"))
+            restored_running, _message = self._restart(service, args, expect=False)
+            if marker:
+                self.module("ansible.legacy.file", {"path": pending_file, "state": "absent"})
         message = sc.restart_failure_message(
             service, result, error, step_message, rolled_back=not problems, restored_running=restored_running
         )
         if problems:
             message += f" Not put back: {'; '.join(problems)}."
-        raise StepFailed(message)
+        raise NodeError(message)
+
+    def _write_text(self, path: str, text: str) -> None:
+        source = self.put(".marker", text)
+        self.module("ansible.legacy.copy", {"src": source, "dest": path, "mode": "0600", "force": True})

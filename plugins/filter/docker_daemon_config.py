@@ -24,8 +24,12 @@ DEFAULT_RUNTIME = ("default-runtime",)
 NVIDIA_RUNTIME = ("runtimes", NVIDIA)
 FEATURES_CDI = ("features", "cdi")
 MANAGED = (NVIDIA_RUNTIME, DEFAULT_RUNTIME, FEATURES_CDI)
+# The record's entry saying that daemon.json did not exist before the role wrote it.
+FILE_CREATED = "daemon.json"
 
 _UTF8_BOM = b"\xef\xbb\xbf"
+# Deeper than any Docker setting goes; keeps every later step (copy, compare, render) far from Python's recursion limit.
+MAX_DEPTH = 64
 _INDENT = re.compile(r'^([ \t]+)["}\]]', re.MULTILINE)
 
 
@@ -57,25 +61,70 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def _refuse_constant(name: str) -> Any:
+    raise DaemonConfigError(
+        f"it contains {name}, which Python's JSON reader accepts but dockerd does not (JSON has no {name})"
+    )
+
+
+def _check_values(value: Any) -> None:
+    """Refuse what the merge could not write back: nesting deeper than MAX_DEPTH, and strings (keys or values) that
+    are not valid Unicode, such as a lone surrogate escape like "\\ud800" (Python reads it, no UTF-8 file holds it)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)) and depth > MAX_DEPTH:
+            raise DaemonConfigError(
+                f"it is nested more than {MAX_DEPTH} levels deep, which no Docker setting needs; the role does not "
+                "merge such a file"
+            )
+        if isinstance(item, dict):
+            pending.extend((key, depth + 1) for key in item)
+            pending.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            pending.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                escaped = item.encode("utf-8", errors="backslashreplace").decode("ascii", errors="backslashreplace")
+                raise DaemonConfigError(
+                    f"it contains a string that is not valid Unicode ({escaped[:60]}): a lone surrogate escape such "
+                    "as \\ud800, which no UTF-8 file can hold"
+                ) from None
+
+
 def parse(data: bytes | None) -> dict[str, Any] | None:
     """Parse daemon.json's bytes (None: the file does not exist) and check the parts the role reads or writes.
 
-    Raises DaemonConfigError naming the problem. An empty file is an empty configuration, as for dockerd.
+    Raises DaemonConfigError naming the problem. What dockerd refuses is refused here too, before anything changes: an
+    empty file ("EOF"), a UTF-8 byte order mark, NaN/Infinity, invalid Unicode escapes.
     """
     if data is None:
         return None
     if data.startswith(_UTF8_BOM):
-        data = data[len(_UTF8_BOM) :]
+        raise DaemonConfigError(
+            "it starts with a UTF-8 byte order mark, which dockerd refuses (\"invalid character 'ï' looking for "
+            'beginning of value"); save it without the mark'
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DaemonConfigError(f"it is not valid UTF-8 (byte {exc.start})") from None
     if not text.strip():
-        return {}
+        raise DaemonConfigError(
+            'it is empty, and dockerd refuses an empty daemon.json ("EOF"); write {} into it, or remove it'
+        )
     try:
-        config = json.loads(text, object_pairs_hook=_unique_keys)
+        config = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise DaemonConfigError(f"it is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise DaemonConfigError(
+            f"it is nested more than {MAX_DEPTH} levels deep, which no Docker setting needs; the role does not "
+            "merge such a file"
+        ) from None
+    _check_values(config)
     check_shape(config)
     return config
 
@@ -155,8 +204,11 @@ def merge(
     The record maps each managed key the role changed to what was there before ({"existed": bool, "value": ...})
     and what the role set ("set"); for a new key, "created_from" is the depth of the first object the role had to
     create for it, so that undoing removes those objects again when they are left empty. A key is recorded the first
-    time the role changes it, so later runs keep the user's original value. Undoing a key puts the previous value back
-    only while the key still holds what the role set: a value the user changed since is theirs.
+    time the role changes it, so later runs keep the user's original value. When a later run finds a setting
+    (default-runtime, features.cdi) holding a value the role did not set, the user changed it since: that value becomes
+    the one to put back. Undoing a key puts the previous value back only while the key still holds what the role set.
+    The entry FILE_CREATED says that the role created daemon.json; undoing everything then removes the file again
+    when nothing else was added to it.
     """
     if state not in ("present", "absent"):
         raise ValueError(f"state must be present or absent, not {state!r}")
@@ -165,9 +217,13 @@ def merge(
 
     def put(path: tuple[str, ...], value: Any) -> None:
         exists, current = _get(new, path)
+        key = _record_key(path)
+        entry = new_record.get(key)
+        if entry is not None and path != NVIDIA_RUNTIME and not (exists and _same(current, entry.get("set"))):
+            # Not what the role set: the user changed it since, so this is the value to put back one day.
+            del new_record[key]
         if exists and _same(current, value):
             return
-        key = _record_key(path)
         if key not in new_record:
             if exists:
                 new_record[key] = {"existed": True, "value": current}
@@ -235,48 +291,103 @@ def _decode_b64(content: str | None) -> bytes | None:
         ) from None
 
 
+def _reloadable(before: dict[str, Any], after: dict[str, Any] | None) -> bool:
+    """Whether dockerd applies the change on a reload (SIGHUP).
+
+    A reload re-reads `runtimes` (the whole map) and `default-runtime`, and only when the file sets them: a key taken
+    out of the file keeps its old value until a restart, and so does everything else (`features` among it).
+    """
+    if after is None:
+        return False
+    managed = ("runtimes", "default-runtime")
+    if any(key in before and key not in after for key in managed):
+        return False
+    return _same(
+        {k: v for k, v in before.items() if k not in managed}, {k: v for k, v in after.items() if k not in managed}
+    )
+
+
+def parse_record(record: Any) -> dict[str, Any]:
+    """The role's record: a dict, or the record file's content base64-encoded (as slurp returns it), or None."""
+    if record is None:
+        return {}
+    if isinstance(record, dict):
+        return record
+    if not isinstance(record, str):
+        raise DaemonConfigError(f"it is {type(record).__name__}, not the record file's content")
+    try:
+        text = base64.b64decode(record, validate=True).decode("utf-8")
+        parsed = json.loads(text, parse_constant=_refuse_constant) if text.strip() else {}
+    except (binascii.Error, ValueError) as exc:
+        raise DaemonConfigError(f"it is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise DaemonConfigError("it is nested too deeply to be the role's record") from None
+    if not isinstance(parsed, dict):
+        raise DaemonConfigError(f"it holds {json_kind(parsed)}, not a JSON object")
+    return parsed
+
+
 def docker_daemon_config(
     content: str | None,
     state: str = "present",
     runtime_path: str = "/usr/bin/nvidia-container-runtime",
     nvidia_default: bool = True,
     cdi_enabled: bool = False,
-    record: dict[str, Any] | None = None,
+    record: Any = None,
 ) -> dict[str, Any]:
     """The filter: see docker_daemon_config.yml."""
     data = _decode_b64(content)
     result: dict[str, Any] = {
         "problem": "",
+        "record_problem": "",
         "exists": data is not None,
         "differs": False,
+        "reloadable": True,
         "before": None,
         "after": None,
-        "content": "",
-        "record": dict(record or {}),
+        "content": None,
+        "record": {},
+        "record_content": None,
     }
     try:
         before = parse(data)
     except DaemonConfigError as exc:
         result["problem"] = str(exc)
         return result
-    if record is not None and not isinstance(record, dict):
-        raise AnsibleFilterError(f"docker_daemon_config: record must be a dict, not {type(record).__name__}")
+    try:
+        previous = parse_record(record)
+    except DaemonConfigError as exc:
+        result["record_problem"] = str(exc)
+        return result
     after, new_record = merge(
         before if before is not None else {},
         state=state,
         runtime_path=runtime_path,
         nvidia_default=nvidia_default,
         cdi_enabled=cdi_enabled,
-        record=record,
+        record=previous,
     )
+    created = new_record.pop(FILE_CREATED, None) is not None or (before is None and state == "present")
+    if state == "present" and created:
+        new_record[FILE_CREATED] = {"created": True}
+    # The role created the file and undoing left nothing of anyone else's in it: it goes, as it came.
+    remove = state == "absent" and created and after == {}
     # No file: present creates it; absent has nothing to remove.
-    differs = state == "present" if before is None else not _same(after, before)
+    differs = state == "present" if before is None else remove or not _same(after, before)
+    if remove or (before is None and not differs):
+        text = None
+    elif differs:
+        text = render(after, data)
+    else:
+        text = data.decode("utf-8") if data is not None else None
     result.update(
         before=before,
-        after=after,
+        after=None if remove else after,
         differs=differs,
-        content=render(after, data) if differs else (data or b"").decode("utf-8", errors="replace"),
+        reloadable=_reloadable(before or {}, None if remove else after),
+        content=text,
         record=new_record,
+        record_content=json.dumps(new_record, indent=2, sort_keys=True) + "\n" if new_record else None,
     )
     return result
 

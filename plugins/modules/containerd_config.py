@@ -2,6 +2,9 @@
 # Copyright: contributors to the kubegpu.node collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
+# Documentation only: kubegpu.node.containerd_config is an action plugin (plugins/action/containerd_config.py) that
+# plans on the controller and reads the node through builtin modules and `containerd config dump`.
+
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -11,9 +14,13 @@ short_description: Plan and validate containerd's configuration for the NVIDIA r
 version_added: 0.1.0
 description:
   - Works out the files that register C(nvidia-container-runtime) with containerd as a runtime named C(nvidia),
-    checks them with the host's own C(containerd config dump), and returns them. It writes nothing; the role
-    C(kubegpu.node.container_runtime) writes the files it returns, so that check mode, diff mode, backups and the
-    rollback after a failed restart are those of M(ansible.builtin.copy).
+    checks them with the host's own C(containerd config dump), and returns them. It writes nothing containerd reads;
+    the role C(kubegpu.node.container_runtime) writes the files it returns with M(kubegpu.node.service_config), which
+    brings check mode, diff mode, backups and the rollback after a failed restart.
+  - It is an action plugin. The TOML is read, merged and written on the controller; on the node it only reads files
+    (M(ansible.builtin.slurp), M(ansible.builtin.find), M(ansible.builtin.stat)) and runs C(containerd config default)
+    and C(containerd --config CANDIDATE config dump) on candidates in the task's temporary folder. So the node needs
+    no more Python than ansible-core asks for (3.8 or later).
   - With O(state=present), the nvidia runtime goes into a drop-in file, and the main configuration's top-level
     C(imports) list is made to name it (the existing list is edited; a second C(imports) key is never written).
     Every other byte of the main file is kept. Without a main file, it starts from C(containerd config default).
@@ -29,9 +36,11 @@ description:
 author:
   - kubegpu.node maintainers (@kubegpu)
 requirements:
-  - Python 3.11 or later on the target (C(tomllib)).
   - The C(containerd) binary on the target.
 attributes:
+  action:
+    support: full
+    description: Runs as an action plugin on the controller.
   check_mode:
     support: full
     description: The module changes nothing on the host, in check mode or not.
@@ -104,12 +113,17 @@ EXAMPLES = r"""
     set_as_default: true
   register: plan
 
-- name: Write the drop-in it returned
-  ansible.builtin.copy:
-    dest: "{{ plan.dropin }}"
-    content: "{{ plan.dropin_content }}"
-    mode: "0644"
-  when: plan.dropin_content is not none
+- name: Write the drop-in and the main file it returned, restart containerd, roll back if it does not answer
+  kubegpu.node.service_config:
+    service: containerd
+    files:
+      - path: "{{ plan.dropin }}"
+        content: "{{ plan.dropin_content }}"
+        mode: "0600"
+      - path: "{{ plan.main_path }}"
+        content: "{{ plan.main_content }}"
+    verify:
+      command: [ctr, version]
 """
 
 RETURN = r"""
@@ -175,248 +189,3 @@ carries_cri_section:
   returned: when O(state=present)
   type: bool
 """
-
-import glob
-import os
-import shutil
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_text
-from ansible_collections.kubegpu.node.plugins.module_utils import _containerd_config as cc
-
-HEADER = """\
-# Managed by Ansible (kubegpu.node.container_runtime): the {name} runtime for containerd, imported from {main}.
-# Run the role with container_runtime_state=absent to remove it; containerd's previous default runtime then returns.
-"""
-
-HEADER_1X = """\
-# containerd 1.x replaces a plugin's whole section with the last file that sets it, so this file also carries the
-# CRI plugin settings in effect without it ({source}). Change those there and run the role again.
-"""
-
-
-def read_text(module: AnsibleModule, path: str) -> str | None:
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        module.fail_json(msg=f"Cannot read {path}: {exc}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        module.fail_json(msg=f"{path} is not UTF-8 text (containerd's TOML must be); it was left untouched")
-    return None
-
-
-class Planner:
-    def __init__(self, module: AnsibleModule) -> None:
-        self.module = module
-        self.params = module.params
-        self.main = os.path.normpath(self.params["path"])
-        self.dropin = os.path.normpath(self.params["dropin"])
-        self.tmp = tempfile.mkdtemp(prefix="containerd-config-", dir=module.tmpdir)
-
-    def fail(self, msg: str, **kwargs) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        self.module.fail_json(msg=msg, **kwargs)
-
-    def containerd(self, *args: str) -> str:
-        binary = self.params["containerd_binary"]
-        command = [self.module.get_bin_path(binary, required=True) if "/" not in binary else binary, *args]
-        rc, out, err = self.module.run_command(command)
-        if rc != 0:
-            self.fail(f"'{' '.join(command)}' failed (rc {rc}): {(err or out).strip()}", rc=rc, stdout=out, stderr=err)
-        return to_text(out)
-
-    def dump(self, main_text: str, imports: list[str], name: str) -> dict:
-        """containerd's merged configuration when `main_text` is the main file and it imports `imports`."""
-        candidate = os.path.join(self.tmp, name)
-        with open(candidate, "w", encoding="utf-8") as handle:
-            handle.write(cc.replace_imports(main_text, imports))
-        return cc.loads(self.containerd("--config", candidate, "config", "dump"), f"containerd config dump ({name})")
-
-    def load(self, path: str) -> dict:
-        text = read_text(self.module, path)
-        if text is None:
-            self.fail(f"{path} is imported by containerd's configuration but does not exist")
-        return cc.loads(text, path)
-
-    def _current(self) -> tuple:
-        """The main file as it is, the role's record as text and parsed, and whether the record is of this setup."""
-        main_before = read_text(self.module, self.main)
-        record_before = read_text(self.module, self.params["record"])
-        record = cc.parse_record(record_before, self.params["record"])
-        mine = record.get("dropin") == self.dropin and record.get("path") == self.main
-        return main_before, record_before, record, mine
-
-    def present(self) -> dict:
-        params = self.params
-        main_before, record_before, record, mine = self._current()
-        if main_before is None:
-            main_text = self.containerd("config", "default")
-            created_sha = cc.sha256(main_text)
-        else:
-            main_text = main_before
-            created_sha = record.get("main_created_sha256") if mine else None
-        main_doc = cc.loads(main_text, self.main)
-        version = cc.config_version(main_doc, self.main)
-        imports = cc.imports_of(main_doc, self.main)
-
-        if cc.imports_cover(imports, self.main, self.dropin):
-            main_after = main_text
-            ours = mine and record.get("import_added") is True and self.dropin in imports
-            key_added = ours and record.get("imports_key_added") is True
-        else:
-            main_after, key_added = cc.add_import(main_text, self.dropin)
-            ours = True
-        after_doc = cc.loads(main_after, f"{self.main} with the import added")
-        after_imports = cc.imports_of(after_doc, self.main)
-
-        base = self.dump(
-            main_after, cc.expand_imports(after_imports, self.main, self.dropin, glob.glob, None), "base.toml"
-        )
-        base_default = cc.default_runtime(base)
-        systemd_cgroup = params["systemd_cgroup"]
-        if systemd_cgroup is None:
-            systemd_cgroup = cc.host_systemd_cgroup(base, params["runtime_name"])
-        if params["cdi"] and not cc.supports_cdi(base):
-            self.fail(
-                "container_runtime_cdi_enabled is true, but this containerd has no CDI support (containerd 1.7 or "
-                "later has it; this one does not know enable_cdi). Upgrade containerd or turn CDI off."
-            )
-
-        # containerd 1.x dumps version 2 and merges imports plugin section by plugin section.
-        carries_section = base.get("version", 2) < 3
-        header = HEADER.format(name=params["runtime_name"], main=self.main)
-        section_copy = runtimes_in_effect = None
-        if carries_section:
-            files = cc.files_in_load_order(self.main, after_doc, self.dropin, self.load, glob.glob)
-            source, section = cc.section_in_effect(files, cc.CRI_PLUGIN_V2)
-            section_copy = section or {}
-            runtimes_in_effect = cc.get_path(cc.runtime_section(base), "containerd", "runtimes")
-            header += HEADER_1X.format(source=source or "containerd's built-in defaults")
-        dropin_doc = cc.build_dropin(
-            version=version,
-            runtime_name=params["runtime_name"],
-            binary=params["runtime_path"],
-            systemd_cgroup=systemd_cgroup,
-            make_default=params["set_as_default"],
-            cdi=params["cdi"],
-            cdi_spec_dirs=params["cdi_spec_dirs"],
-            section_in_effect_copy=section_copy,
-            runtimes_in_effect=runtimes_in_effect,
-        )
-        dropin_content = header + cc.dumps(dropin_doc)
-
-        trial_dropin = os.path.join(self.tmp, "dropin.toml")
-        with open(trial_dropin, "w", encoding="utf-8") as handle:
-            handle.write(dropin_content)
-        candidate = self.dump(
-            main_after,
-            cc.expand_imports(after_imports, self.main, self.dropin, glob.glob, trial_dropin),
-            "candidate.toml",
-        )
-        problems = cc.check_candidate(
-            base,
-            candidate,
-            runtime_name=params["runtime_name"],
-            binary=params["runtime_path"],
-            systemd_cgroup=systemd_cgroup,
-            make_default=params["set_as_default"],
-            cdi=params["cdi"],
-        )
-        if problems:
-            self.fail(
-                f"containerd would not load the nvidia runtime as intended from {self.dropin} (nothing was changed): "
-                + "; ".join(problems),
-                problems=problems,
-                dropin_content=dropin_content,
-            )
-
-        record_after = {
-            "path": self.main,
-            "dropin": self.dropin,
-            "import_added": ours,
-            "imports_key_added": bool(ours and key_added),
-            "main_created_sha256": created_sha,
-        }
-        return {
-            "config_version": version,
-            "main_before": main_before,
-            "main_content": main_after,
-            "import_added": ours,
-            "dropin_content": dropin_content,
-            "record_before": record_before,
-            "record_content": cc.render_record(record_after),
-            "systemd_cgroup": systemd_cgroup,
-            "default_runtime_before": base_default,
-            "carries_cri_section": carries_section,
-        }
-
-    def absent(self) -> dict:
-        main_before, record_before, record, mine = self._current()
-        main_after = main_before
-        if main_before is not None and mine and record.get("import_added") is True:
-            main_after = cc.remove_import(main_before, self.dropin, record.get("imports_key_added") is True)
-            if record.get("main_created_sha256") == cc.sha256(main_after):
-                main_after = None
-        if main_after is not None:
-            doc = cc.loads(main_after, self.main)
-            imports = cc.imports_of(doc, self.main)
-            # What containerd will load once the drop-in is gone must still be a valid configuration.
-            self.dump(main_after, cc.expand_imports(imports, self.main, self.dropin, glob.glob, None), "after.toml")
-        return {
-            "main_before": main_before,
-            "main_content": main_after,
-            "import_added": False,
-            "dropin_content": None,
-            "record_before": record_before,
-            "record_content": None,
-        }
-
-    def run(self) -> None:
-        try:
-            result = self.present() if self.params["state"] == "present" else self.absent()
-        except cc.ConfigError as exc:
-            self.fail(str(exc))
-        mode = "0644"
-        if os.path.exists(self.main):
-            mode = f"{os.stat(self.main).st_mode & 0o7777:04o}"
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        self.module.exit_json(
-            changed=False,
-            main_path=self.main,
-            main_mode=mode,
-            dropin=self.dropin,
-            dropin_before=read_text(self.module, self.dropin),
-            **result,
-        )
-
-
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "default": "/etc/containerd/config.toml"},
-            "dropin": {"type": "path", "default": "/etc/containerd/conf.d/99-nvidia.toml"},
-            "record": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "runtime_name": {"type": "str", "default": "nvidia"},
-            "runtime_path": {"type": "path", "default": "/usr/bin/nvidia-container-runtime"},
-            "systemd_cgroup": {"type": "bool"},
-            "set_as_default": {"type": "bool", "default": False},
-            "cdi": {"type": "bool", "default": False},
-            "cdi_spec_dirs": {"type": "list", "elements": "path", "default": ["/etc/cdi", "/var/run/cdi"]},
-            "containerd_binary": {"type": "str", "default": "containerd"},
-        },
-        supports_check_mode=True,
-    )
-    if not cc.HAS_TOMLLIB:
-        module.fail_json(msg="This module needs Python 3.11 or later on the target host (for tomllib).")
-    Planner(module).run()
-
-
-if __name__ == "__main__":
-    main()

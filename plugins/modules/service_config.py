@@ -85,11 +85,23 @@ options:
         type: str
   restart:
     description:
-      - Restart O(service) after a change.
-      - When false, the files are written and RV(restart_pending) says that the service still runs with the
-        previous ones.
+      - Restart O(service) after a change (or after a change an earlier run wrote without a restart).
+      - When false, the files are written, the task warns, and RV(restart_pending) says that the service still runs
+        with the previous ones. The change is noted in O(pending_dir) with the way back to the files the service runs
+        with, so that a later run with O(restart=true) restarts it even when no file changes then, and rolls back to
+        those files if the service does not come back. A restart or reboot of the service in the meantime makes the
+        note void.
     type: bool
     default: true
+  reload:
+    description:
+      - Reload O(service) (C(systemctl reload), the unit's C(ExecReload)) instead of restarting it, for daemons that
+        re-read these files on a reload (dockerd re-reads its runtimes on SIGHUP). The rollback reloads too.
+    type: bool
+    default: false
+  no_restart_reason:
+    description: Why O(restart) is false, for the warning (for example what a restart would stop).
+    type: str
   daemon_reload:
     description: Run C(systemctl daemon-reload) before the restart (for unit files and their drop-ins).
     type: bool
@@ -108,6 +120,12 @@ options:
       url:
         description: A URL fetched on the node (M(ansible.builtin.uri)) that answers 200 once the service answers.
         type: str
+      expect:
+        description:
+          - With O(verify.command), a regular expression (Python) its output must match, so that the service is known
+            to run with the new configuration (not only to answer).
+          - Not applied after a rollback, when the previous configuration is back.
+        type: str
       retries:
         description: How many times to ask.
         type: int
@@ -120,6 +138,10 @@ options:
     description: Where the previous files are copied (mode C(0600), in a folder of mode C(0700)), one copy per change.
     type: path
     default: /var/lib/kubegpu/backup
+  pending_dir:
+    description: Where a change written without a restart is noted (one JSON file per unit, mode C(0600)).
+    type: path
+    default: /var/lib/kubegpu/pending
   error_pattern:
     description:
       - A regular expression (Python) for the journal lines of O(service) that read like its own error; the last one
@@ -186,11 +208,13 @@ files:
       type: str
       returned: when the file was written or removed
 restarted:
-  description: Whether O(service) was restarted (in check mode, whether it would be).
+  description: Whether O(service) was restarted or reloaded (in check mode, whether it would be).
   returned: always
   type: bool
 restart_pending:
-  description: Files changed but O(restart) was false, so O(service) still runs with the previous ones.
+  description:
+    - O(service) still runs with its previous files, because O(restart) was false in this run or in an earlier one
+      that wrote them.
   returned: always
   type: bool
 """

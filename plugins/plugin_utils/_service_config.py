@@ -7,13 +7,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# Lines a daemon writes when it refuses to start, in the formats of dockerd/containerd (logrus), CRI-O, the kubelet
-# (klog: "E1122 ..." / "F1122 ...") and plain programs.
-DEFAULT_ERROR_PATTERN = r"(?i)(level=(fatal|error)|\b(fatal|error|failed|unrecognized|invalid|refus\w*)\b|^[EF]\d{4} )"
+# Lines a daemon writes when it refuses to start, in the formats of dockerd/containerd (logrus; dockerd's own
+# "unable to configure the Docker daemon with file ...: EOF"), CRI-O, the kubelet (klog: "E1122 ..." / "F1122 ...")
+# and plain programs.
+DEFAULT_ERROR_PATTERN = (
+    r"(?i)(level=(fatal|error)|\b(fatal|error|failed|unable|unrecognized|invalid|refus\w*)\b|^[EF]\d{4} )"
+)
 NEW_FILE_MODE = "0644"
 NEW_FILE_OWNER = "root"
 NEW_FILE_GROUP = "root"
@@ -186,3 +190,59 @@ def restart_failure_message(
         cause + f". The previous files were put back, but {service} does not start with them either: it is down; "
         f"see `journalctl -u {service}`."
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Restoring, and changes written but not yet active (a restart held back)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def restore_entry(change: FileChange, backup: str | None, created_dirs: list[str]) -> dict[str, Any]:
+    """How to put one file back as it was before the change: JSON, so a held-back change can keep it on the node."""
+    state = change.state
+    return {
+        "path": state.path,
+        "real_path": state.real_path,
+        "backup": backup,
+        "attributes": restore_attributes(state) if state.exists else None,
+        "created_dirs": created_dirs,
+    }
+
+
+def merge_restore_entries(earlier: list[dict[str, Any]], now: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries that restore what the service runs with: for a file changed again while a restart is held back,
+    the state before the first change wins (the service never read the later ones)."""
+    known = {entry["real_path"] for entry in earlier}
+    return [*earlier, *(entry for entry in now if entry["real_path"] not in known)]
+
+
+def pending_is_current(marker: dict[str, Any] | None, boot_id: str, service_started_us: int | None) -> bool:
+    """Whether a held-back change is still not active: the service has not (re)started since it was written.
+
+    `service_started_us` is the unit's ExecMainStartTimestampMonotonic (microseconds since boot; 0 or None when the
+    service does not run). A reboot (another boot_id) or a restart since the marker was written made it active.
+    """
+    if not isinstance(marker, dict) or marker.get("boot_id") != boot_id:
+        return False
+    written = marker.get("written_us")
+    if not isinstance(written, int):
+        return False
+    return not service_started_us or service_started_us <= written
+
+
+def parse_marker(text: str | None) -> dict[str, Any] | None:
+    """A pending-restart marker; None when there is none or it is unreadable (then it counts as not pending)."""
+    if not text:
+        return None
+    try:
+        marker = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(marker, dict) or not isinstance(marker.get("restore"), list):
+        return None
+    return marker
+
+
+def uptime_us(proc_uptime: str) -> int:
+    """Microseconds since boot from /proc/uptime ("12345.67 8910.11")."""
+    return int(float(proc_uptime.split()[0]) * 1_000_000)

@@ -8,7 +8,20 @@ import socket
 import sys
 import time
 
-import tomllib
+try:
+    import tomllib
+
+    def parse(data):
+        return tomllib.loads(data.decode("utf-8"))
+
+    DecodeError = tomllib.TOMLDecodeError
+except ImportError:  # Python before 3.11 (Debian 11): Debian's python3-toml
+    import toml
+
+    def parse(data):
+        return toml.loads(data.decode("utf-8"))
+
+    DecodeError = toml.TomlDecodeError
 
 CONF = "/etc/crio/crio.conf"
 CONF_DIR = "/etc/crio/crio.conf.d"
@@ -32,17 +45,22 @@ def load():
     for path in files:
         with open(path, "rb") as handle:
             try:
-                merge(merged, tomllib.load(handle))
-            except tomllib.TOMLDecodeError as exc:
-                sys.exit(f"crio (stand-in): {path}: {exc}")
+                merge(merged, parse(handle.read()))
+            except DecodeError as exc:
+                fatal(f"crio (stand-in): {path}: {exc}")
     runtime = merged["crio"]["runtime"]
     if runtime["default_runtime"] not in runtime["runtimes"]:
-        sys.exit(f"crio (stand-in): default_runtime {runtime['default_runtime']!r} is not a configured runtime")
+        fatal(f"crio (stand-in): default_runtime {runtime['default_runtime']!r} is not a configured runtime")
     for name, entry in runtime["runtimes"].items():
         path = entry.get("runtime_path", "")
         if path and not os.access(path, os.X_OK):
-            sys.exit(f"crio (stand-in): runtime {name}: {path} is not executable")
+            fatal(f"crio (stand-in): validating runtime config: runtime {name}: {path} is not executable")
     return merged
+
+
+def fatal(message):
+    """Exit the way CRI-O does on a configuration it refuses: one logrus line at level fatal."""
+    sys.exit(f'level=fatal msg="{message}"')
 
 
 def main():

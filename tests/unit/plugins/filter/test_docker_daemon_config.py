@@ -175,9 +175,131 @@ def test_absent_on_missing_file_changes_nothing():
     assert result["differs"] is False
 
 
-def test_empty_file_and_byte_order_mark_are_accepted():
-    assert parse(b"  \n") == {}
-    assert parse(b'\xef\xbb\xbf{"debug": true}') == {"debug": True}
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"", 'it is empty, and dockerd refuses an empty daemon.json ("EOF")'),
+        (b"  \n", 'it is empty, and dockerd refuses an empty daemon.json ("EOF")'),
+        (b'\xef\xbb\xbf{"debug": true}', "it starts with a UTF-8 byte order mark, which dockerd refuses"),
+    ],
+)
+def test_empty_file_and_byte_order_mark_are_refused_as_dockerd_refuses_them(data, problem):
+    # dockerd 20.10 says "unable to configure the Docker daemon with file ...: EOF" and "invalid character 'ï'".
+    assert run(data)["problem"].startswith(problem)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_standard_numbers_are_refused_naming_the_value(constant):
+    # Python's JSON reader accepts them; dockerd does not start with them.
+    result = run(f'{{"debug": true, "max-concurrent-downloads": {constant}}}'.encode())
+    assert result["problem"] == (
+        f"it contains {constant}, which Python's JSON reader accepts but dockerd does not (JSON has no {constant})"
+    )
+    assert result["content"] is None
+
+
+@pytest.mark.parametrize("depth", [65, 5000, 200000])
+def test_deep_nesting_is_refused_up_front_not_a_crash(depth):
+    data = b'{"a":' * depth + b"1" + b"}" * depth
+    assert run(data)["problem"].startswith("it is nested more than 64 levels deep")
+
+
+def test_nesting_that_settings_use_is_fine():
+    data = b'{"log-opts": {"labels": "a"}, "x": ' + b"[" * 60 + b"]" * 60 + b"}"
+    assert run(data)["problem"] == ""
+
+
+@pytest.mark.parametrize("data", [b'{"labels": ["\\ud800"]}', b'{"\\udfff": 1}', b'{"a": "\\ud83d x"}'])
+def test_lone_surrogates_are_refused_before_anything_is_written(data):
+    result = run(data)
+    assert result["problem"].startswith("it contains a string that is not valid Unicode")
+    assert result["content"] is None
+
+
+def test_a_pair_of_surrogates_is_a_real_character_and_fine():
+    result = run(b'{"labels": ["\\ud83d\\ude00"]}')
+    assert result["problem"] == ""
+    assert json.loads(result["content"])["labels"] == ["\U0001f600"]
+
+
+def test_a_value_the_user_set_after_the_role_becomes_the_one_to_restore():
+    # runc -> role sets nvidia -> the user sets crun -> role again (nvidia) -> absent must give crun back, not runc.
+    original = json.dumps({"default-runtime": "runc"}).encode()
+    first = run(original)
+    assert first["record"]["default-runtime"]["value"] == "runc"
+    by_user = json.dumps(dict(first["after"], **{"default-runtime": "crun"})).encode()
+    second = run(by_user, record=first["record"])
+    assert second["after"]["default-runtime"] == "nvidia"
+    assert second["record"]["default-runtime"] == {"existed": True, "value": "crun", "set": "nvidia"}
+    undone = run(second["content"].encode(), state="absent", record=second["record"])
+    assert undone["after"]["default-runtime"] == "crun"
+
+
+def test_a_setting_the_user_removed_after_the_role_is_removed_again_on_absent():
+    first = run(json.dumps({"default-runtime": "runc"}).encode())
+    without = {k: v for k, v in first["after"].items() if k != "default-runtime"}
+    second = run(json.dumps(without).encode(), record=first["record"])
+    assert second["record"]["default-runtime"]["existed"] is False
+    undone = run(second["content"].encode(), state="absent", record=second["record"])
+    assert "default-runtime" not in undone["after"]
+
+
+@pytest.mark.parametrize(
+    ("record_text", "problem"),
+    [
+        (b"{not json", "it is not valid JSON"),
+        (b"[1, 2]", "it holds an array, not a JSON object"),
+        (b'"x"', "it holds a string, not a JSON object"),
+        (b'{"a": NaN}', "it is not valid JSON (it contains NaN"),
+    ],
+)
+def test_a_damaged_record_is_reported_not_a_raw_error(record_text, problem):
+    result = run(USER_FILE, record=b64(record_text))
+    assert result["record_problem"].startswith(problem)
+    assert result["problem"] == ""
+    assert result["content"] is None
+
+
+def test_the_record_file_content_is_read_as_slurp_returns_it():
+    first = run(USER_FILE)
+    second = run(first["content"].encode(), record=b64(first["record_content"].encode()))
+    assert second["differs"] is False
+    assert second["record"] == first["record"]
+
+
+def test_absent_removes_a_file_the_role_created():
+    created = run(None)
+    assert created["record"]["daemon.json"] == {"created": True}
+    undone = run(created["content"].encode(), state="absent", record=created["record"])
+    assert undone["differs"] is True
+    assert undone["content"] is None
+    assert undone["record_content"] is None
+
+
+def test_absent_keeps_a_created_file_the_user_added_to():
+    created = run(None)
+    added = dict(created["after"], debug=True)
+    undone = run(json.dumps(added).encode(), state="absent", record=created["record"])
+    assert undone["after"] == {"debug": True}
+    assert json.loads(undone["content"]) == {"debug": True}
+
+
+def test_runtime_changes_are_reloadable_features_are_not():
+    assert run(USER_FILE)["reloadable"] is True
+    assert run(USER_FILE, cdi_enabled=True)["reloadable"] is False
+    first = run(USER_FILE)
+    # The user's crun stays, so "runtimes" and "default-runtime" remain in the file: a reload applies them.
+    assert run(first["content"].encode(), state="absent", record=first["record"])["reloadable"] is True
+
+
+def test_keys_taken_out_of_the_file_need_a_restart():
+    # dockerd's reload keeps the old value of a key the file no longer sets.
+    created = run(b"{}")
+    undone = run(created["content"].encode(), state="absent", record=created["record"])
+    assert undone["after"] == {}
+    assert undone["reloadable"] is False
+    from_nothing = run(None)
+    assert run(from_nothing["content"].encode(), state="absent", record=from_nothing["record"])["reloadable"] is False
 
 
 @pytest.mark.parametrize(
@@ -200,7 +322,7 @@ def test_malformed_files_are_refused_with_the_problem(data, problem):
     result = run(data)
     assert result["problem"].startswith(problem)
     assert result["differs"] is False
-    assert result["content"] == ""
+    assert result["content"] is None
     with pytest.raises(DaemonConfigError):
         parse(data)
 

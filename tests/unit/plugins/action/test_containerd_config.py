@@ -1,15 +1,15 @@
-"""Tests of the kubegpu.node.containerd_config module as Ansible runs it: a separate process with its arguments in a
-file, against files in a temporary folder.
+"""Tests of kubegpu.node.containerd_config's planner against files in a temporary folder, through a Node that runs
+commands and reads files locally (the action plugin gives it the same operations over the connection).
 
 containerd itself is a STAND-IN here (a small Python script, see tests/README.md): it prints a fixed default
 configuration and merges imports key by key, as containerd 2.x does. The molecule scenario `containerd` runs the
-module against the real containerd 1.6, 1.7 and 2.1.
+action against the real containerd 1.4, 1.6, 1.7 and 2.1.
 """
 
 from __future__ import annotations
 
+import glob
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _containerd_config as cc
 
 COLLECTIONS = Path(__file__).resolve().parents[4] / ".tmp" / "collections"
-MODULE = "ansible_collections.kubegpu.node.plugins.modules.containerd_config"
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 
 FAKE_CONTAINERD = textwrap.dedent(
@@ -28,7 +28,7 @@ FAKE_CONTAINERD = textwrap.dedent(
     # STAND-IN for containerd 2.x: `config default` and `--config FILE config dump` (imports merged key by key).
     import sys, tomllib
     sys.path.insert(0, {collections!r})
-    from ansible_collections.kubegpu.node.plugins.module_utils._containerd_config import dumps
+    from ansible_collections.kubegpu.node.plugins.plugin_utils._containerd_config import dumps
 
     DEFAULT = '''version = 3
     imports = []
@@ -76,23 +76,64 @@ def host(tmp_path):
     return tmp_path
 
 
+class LocalNode:
+    """The planner's Node over this machine's files and the stand-in containerd."""
+
+    def __init__(self, host: Path) -> None:
+        self.scratch = host / "tmp"
+        self.scratch.mkdir(exist_ok=True)
+
+    def read(self, path: str) -> str | None:
+        file = Path(path)
+        if not file.exists():
+            return None
+        try:
+            return file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise cc.ConfigError(f"{path} is not UTF-8 text") from None
+
+    def run(self, argv: list[str]) -> str:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise cc.ConfigError(f"{argv} failed: {proc.stderr}")
+        return proc.stdout
+
+    def put(self, name: str, text: str) -> str:
+        (self.scratch / name).write_text(text)
+        return str(self.scratch / name)
+
+    def glob(self, pattern: str) -> list[str]:
+        return glob.glob(pattern)
+
+    def mode(self, path: str) -> str | None:
+        return f"{Path(path).stat().st_mode & 0o7777:04o}" if Path(path).exists() else None
+
+
+DEFAULTS = {
+    "state": "present",
+    "runtime_name": "nvidia",
+    "runtime_path": NVIDIA,
+    "systemd_cgroup": None,
+    "set_as_default": False,
+    "cdi": False,
+    "cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"],
+}
+
+
 def run(host: Path, **params) -> dict:
+    """What the action returns: the plan, or failed and msg."""
     args = {
+        **DEFAULTS,
         "path": str(host / "etc" / "config.toml"),
         "dropin": str(host / "etc" / "conf.d" / "99-nvidia.toml"),
         "record": str(host / "record.json"),
         "containerd_binary": str(host / "containerd"),
-        "_ansible_remote_tmp": str(host / "tmp"),
-        "_ansible_keep_remote_files": False,
         **params,
     }
-    args_file = host / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = {**os.environ, "PYTHONPATH": str(COLLECTIONS)}
-    proc = subprocess.run(
-        [sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True, env=env, check=False
-    )
-    return json.loads(proc.stdout)
+    try:
+        return {"changed": False, **cc.Planner(LocalNode(host), args).plan()}
+    except cc.ConfigError as exc:
+        return {"failed": True, "msg": str(exc)}
 
 
 def apply(host: Path, result: dict) -> None:

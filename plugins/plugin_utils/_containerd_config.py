@@ -1,8 +1,9 @@
 # Copyright: contributors to the kubegpu.node collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-# This is a private helper of the kubegpu.node.containerd_config module, not a public API: it can change at any time.
-# Everything here is pure (text and dicts in, text and dicts out) so that it is unit tested without a host.
+# Private helper of the kubegpu.node.containerd_config action, not a public API: it can change at any time.
+# It runs on the controller (Python 3.11+, tomllib). The TOML work is pure (text and dicts in, text and dicts out); the
+# Planner at the end reaches the node only through the small Node interface, so the tests need no host.
 
 from __future__ import annotations
 
@@ -13,14 +14,9 @@ import json
 import math
 import os
 import re
+from typing import Any, Protocol
 
-try:
-    import tomllib
-
-    HAS_TOMLLIB = True
-except ImportError:  # Python before 3.11: the module reports it with a clear message.
-    tomllib = None
-    HAS_TOMLLIB = False
+import tomllib
 
 # containerd 1.x (config version 2) has one CRI plugin; containerd 2.x (config version 3) split it, and runtimes,
 # the default runtime and CDI live in the runtime part.
@@ -41,8 +37,6 @@ class ConfigError(Exception):
 
 def loads(text: str, source: str) -> dict:
     """Parse TOML text; `source` names it in the error message."""
-    if not HAS_TOMLLIB:
-        raise ConfigError("Python's tomllib (Python 3.11 or later) is needed on the target host")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -491,14 +485,25 @@ def default_runtime(dump: dict) -> str | None:
 
 def host_systemd_cgroup(dump: dict, runtime_name: str = "nvidia") -> bool:
     """SystemdCgroup of the host's runc runtime (else of its default runtime); false, containerd's default, if unset."""
-    runtimes = get_path(runtime_section(dump), "containerd", "runtimes") or {}
-    candidates = ["runc", default_runtime(dump)]
+    return systemd_cgroup_of(runtime_section(dump), runtime_name)
+
+
+def systemd_cgroup_of(section: dict, runtime_name: str = "nvidia") -> bool:
+    """SystemdCgroup of the runc runtime (else the default runtime) of a CRI section, as dumped or as written."""
+    runtimes = get_path(section, "containerd", "runtimes") or {}
+    candidates = ["runc", get_path(section, "containerd", "default_runtime_name")]
     for name in candidates:
         if name and name != runtime_name and isinstance(runtimes.get(name), dict):
             value = get_path(runtimes[name], "options", "SystemdCgroup")
             if isinstance(value, bool):
                 return value
     return False
+
+
+def dumps_runtime_options(dump: dict) -> bool:
+    """Whether `containerd config dump` shows the runtimes' options; containerd 1.4 prints every options table empty."""
+    runtimes = get_path(runtime_section(dump), "containerd", "runtimes") or {}
+    return any(isinstance(r, dict) and isinstance(r.get("options"), dict) and r["options"] for r in runtimes.values())
 
 
 def supports_cdi(dump: dict) -> bool:
@@ -565,10 +570,12 @@ def check_candidate(
     systemd_cgroup: bool,
     make_default: bool,
     cdi: bool,
+    check_options: bool = True,
 ) -> list[str]:
     """What is wrong with a candidate's merged configuration (`containerd config dump`) compared with the base one.
 
     The nvidia runtime, and the default runtime and CDI when asked, must be in effect; nothing else may differ.
+    `check_options` false: this containerd dumps no runtime options (1.4), so only the runtime's type is checked.
     """
     problems: list[str] = []
     section = runtime_section(candidate)
@@ -584,6 +591,8 @@ def check_candidate(
             ("options", "SystemdCgroup"): systemd_cgroup,
         }
         for path, value in expected.items():
+            if path[0] == "options" and not check_options:
+                continue
             actual = get_path(runtime, *path)
             if actual != value:
                 problems.append(f"{prefix}.runtimes.{runtime_name}.{'.'.join(path)} is {actual!r}, not {value!r}")
@@ -633,3 +642,207 @@ def parse_record(text: str | None, source: str) -> dict:
 
 def render_record(record: dict) -> str:
     return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plan: what the main file, the drop-in and the record must hold
+# ---------------------------------------------------------------------------------------------------------------------
+
+HEADER = """\
+# Managed by Ansible (kubegpu.node.container_runtime): the {name} runtime for containerd, imported from {main}.
+# Run the role with container_runtime_state=absent to remove it; containerd's previous default runtime then returns.
+"""
+
+HEADER_1X = """\
+# containerd 1.x replaces a plugin's whole section with the last file that sets it, so this file also carries the
+# CRI plugin settings in effect without it ({source}). Change those there and run the role again.
+"""
+
+
+class Node(Protocol):
+    """What the planner needs from the node. Nothing here changes a file containerd reads."""
+
+    def read(self, path: str) -> str | None:
+        """A file's text; None when it does not exist. Raises ConfigError when it is not UTF-8."""
+
+    def run(self, argv: list[str]) -> str:
+        """A command's standard output. Raises ConfigError when it fails."""
+
+    def put(self, name: str, text: str) -> str:
+        """Write a scratch file (in a temporary folder of the node) and return its path."""
+
+    def glob(self, pattern: str) -> list[str]:
+        """The paths that match `pattern` (containerd's glob: '*' never crosses a '/')."""
+
+    def mode(self, path: str) -> str | None:
+        """A file's mode as four octal digits; None when it does not exist."""
+
+
+class Planner:
+    """Works out containerd's files for the nvidia runtime and checks them with the node's own containerd.
+
+    `params` are the options of kubegpu.node.containerd_config (see its documentation).
+    """
+
+    def __init__(self, node: Node, params: dict[str, Any]) -> None:
+        self.node = node
+        self.params = params
+        self.main = os.path.normpath(params["path"])
+        self.dropin = os.path.normpath(params["dropin"])
+
+    def containerd(self, *args: str) -> str:
+        return self.node.run([self.params.get("containerd_binary") or "containerd", *args])
+
+    def dump(self, main_text: str, imports: list[str], name: str) -> dict:
+        """containerd's merged configuration when `main_text` is the main file and it imports `imports`."""
+        candidate = self.node.put(name, replace_imports(main_text, imports))
+        return loads(self.containerd("--config", candidate, "config", "dump"), f"containerd config dump ({name})")
+
+    def load(self, path: str) -> dict:
+        text = self.node.read(path)
+        if text is None:
+            raise ConfigError(f"{path} is imported by containerd's configuration but does not exist")
+        return loads(text, path)
+
+    def _current(self) -> tuple[str | None, str | None, dict, bool]:
+        """The main file as it is, the role's record as text and parsed, and whether the record is of this setup."""
+        main_before = self.node.read(self.main)
+        record_before = self.node.read(self.params["record"])
+        record = parse_record(record_before, self.params["record"])
+        mine = record.get("dropin") == self.dropin and record.get("path") == self.main
+        return main_before, record_before, record, mine
+
+    def present(self) -> dict[str, Any]:
+        params = self.params
+        main_before, record_before, record, mine = self._current()
+        if main_before is None:
+            main_text = self.containerd("config", "default")
+            created_sha = sha256(main_text)
+        else:
+            main_text = main_before
+            created_sha = record.get("main_created_sha256") if mine else None
+        main_doc = loads(main_text, self.main)
+        version = config_version(main_doc, self.main)
+        imports = imports_of(main_doc, self.main)
+
+        if imports_cover(imports, self.main, self.dropin):
+            main_after = main_text
+            ours = mine and record.get("import_added") is True and self.dropin in imports
+            key_added = ours and record.get("imports_key_added") is True
+        else:
+            main_after, key_added = add_import(main_text, self.dropin)
+            ours = True
+        after_doc = loads(main_after, f"{self.main} with the import added")
+        after_imports = imports_of(after_doc, self.main)
+
+        base = self.dump(
+            main_after, expand_imports(after_imports, self.main, self.dropin, self.node.glob, None), "base.toml"
+        )
+        if params["cdi"] and not supports_cdi(base):
+            raise ConfigError(
+                "container_runtime_cdi_enabled is true, but this containerd has no CDI support (containerd 1.7 or "
+                "later has it; this one does not know enable_cdi). Upgrade containerd or turn CDI off."
+            )
+
+        # containerd 1.x dumps version 2 and merges imports plugin section by plugin section.
+        carries_section = base.get("version", 2) < 3
+        header = HEADER.format(name=params["runtime_name"], main=self.main)
+        section_copy = runtimes_in_effect = None
+        if carries_section:
+            files = files_in_load_order(self.main, after_doc, self.dropin, self.load, self.node.glob)
+            source, section = section_in_effect(files, CRI_PLUGIN_V2)
+            section_copy = section or {}
+            runtimes_in_effect = get_path(runtime_section(base), "containerd", "runtimes")
+            header += HEADER_1X.format(source=source or "containerd's built-in defaults")
+        # containerd 1.4 dumps every runtime's options empty: then the files say what SystemdCgroup is.
+        options_shown = dumps_runtime_options(base)
+        systemd_cgroup = params.get("systemd_cgroup")
+        if systemd_cgroup is None:
+            systemd_cgroup = (
+                host_systemd_cgroup(base, params["runtime_name"])
+                if options_shown
+                else systemd_cgroup_of(section_copy or {}, params["runtime_name"])
+            )
+        dropin_doc = build_dropin(
+            version=version,
+            runtime_name=params["runtime_name"],
+            binary=params["runtime_path"],
+            systemd_cgroup=systemd_cgroup,
+            make_default=params["set_as_default"],
+            cdi=params["cdi"],
+            cdi_spec_dirs=params["cdi_spec_dirs"],
+            section_in_effect_copy=section_copy,
+            runtimes_in_effect=runtimes_in_effect,
+        )
+        dropin_content = header + dumps(dropin_doc)
+
+        trial = self.node.put("dropin.toml", dropin_content)
+        candidate = self.dump(
+            main_after, expand_imports(after_imports, self.main, self.dropin, self.node.glob, trial), "candidate.toml"
+        )
+        problems = check_candidate(
+            base,
+            candidate,
+            runtime_name=params["runtime_name"],
+            binary=params["runtime_path"],
+            systemd_cgroup=systemd_cgroup,
+            make_default=params["set_as_default"],
+            cdi=params["cdi"],
+            check_options=options_shown,
+        )
+        if problems:
+            raise ConfigError(
+                f"containerd would not load the nvidia runtime as intended from {self.dropin} (nothing was changed): "
+                + "; ".join(problems)
+            )
+
+        record_after = {
+            "path": self.main,
+            "dropin": self.dropin,
+            "import_added": ours,
+            "imports_key_added": bool(ours and key_added),
+            "main_created_sha256": created_sha,
+        }
+        return {
+            "config_version": version,
+            "main_before": main_before,
+            "main_content": main_after,
+            "import_added": ours,
+            "dropin_content": dropin_content,
+            "record_before": record_before,
+            "record_content": render_record(record_after),
+            "systemd_cgroup": systemd_cgroup,
+            "default_runtime_before": default_runtime(base),
+            "carries_cri_section": carries_section,
+        }
+
+    def absent(self) -> dict[str, Any]:
+        main_before, record_before, record, mine = self._current()
+        main_after = main_before
+        if main_before is not None and mine and record.get("import_added") is True:
+            main_after = remove_import(main_before, self.dropin, record.get("imports_key_added") is True)
+            if record.get("main_created_sha256") == sha256(main_after):
+                main_after = None
+        if main_after is not None:
+            imports = imports_of(loads(main_after, self.main), self.main)
+            # What containerd will load once the drop-in is gone must still be a valid configuration.
+            self.dump(main_after, expand_imports(imports, self.main, self.dropin, self.node.glob, None), "after.toml")
+        return {
+            "main_before": main_before,
+            "main_content": main_after,
+            "import_added": False,
+            "dropin_content": None,
+            "record_before": record_before,
+            "record_content": None,
+        }
+
+    def plan(self) -> dict[str, Any]:
+        """Every return value of kubegpu.node.containerd_config; raises ConfigError with what to do."""
+        result = self.present() if self.params["state"] == "present" else self.absent()
+        return {
+            "main_path": self.main,
+            "main_mode": self.node.mode(self.main) or "0644",
+            "dropin": self.dropin,
+            "dropin_before": self.node.read(self.dropin),
+            **result,
+        }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import tomllib
-from ansible_collections.kubegpu.node.plugins.module_utils import _containerd_config as cc
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _containerd_config as cc
 
 DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
 MAIN = "/etc/containerd/config.toml"

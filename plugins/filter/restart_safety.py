@@ -1,0 +1,74 @@
+# Copyright (c) kubegpu.node contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# The filter kubegpu.node.restart_safety: whether restarting a container runtime would stop running workloads.
+# Documentation: restart_safety.yml next to this file. Pure: the role asks the node, this decides.
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+ENGINES = ("docker", "containerd", "cri-o")
+# systemd kills only the main process on a restart with these KillMode values; the container shims (containerd-shim,
+# conmon) that keep containers running are left alone.
+SPARING_KILL_MODES = ("process", "none")
+
+
+def parse_probe(text: str) -> dict[str, str]:
+    """KEY=VALUE lines (systemctl show, and the role's own additions) as a dict; other lines are ignored."""
+    facts: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip():
+            facts[key.strip()] = value.strip()
+    return facts
+
+
+def _count(facts: dict[str, str], key: str) -> int | None:
+    value = facts.get(key, "")
+    return int(value) if value.isdigit() else None
+
+
+def restart_safety(probe: str, engine: str) -> dict[str, Any]:
+    """{'safe': bool, 'reason': str}: the reason says what would stop, for the warning when it is not safe."""
+    if engine not in ENGINES:
+        raise AnsibleFilterError(f"restart_safety: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if not isinstance(probe, str):
+        raise AnsibleFilterError(f"restart_safety expects the probe's text, not {type(probe).__name__}")
+    facts = parse_probe(probe)
+    if facts.get("ActiveState") not in ("active", "reloading", "activating"):
+        return {"safe": True, "reason": ""}
+    if engine == "docker":
+        running = _count(facts, "ContainersRunning")
+        if facts.get("LiveRestoreEnabled") == "true":
+            return {"safe": True, "reason": ""}
+        if running == 0:
+            return {"safe": True, "reason": ""}
+        what = f"{running} running containers" if running is not None else "its containers (docker info did not answer)"
+        return {
+            "safe": False,
+            "reason": f"dockerd runs without live-restore, so a restart would stop {what}",
+        }
+    kill_mode = facts.get("KillMode", "control-group")
+    if kill_mode in SPARING_KILL_MODES:
+        return {"safe": True, "reason": ""}
+    processes = _count(facts, "UnitProcesses")
+    if processes is not None and processes <= 1:
+        return {"safe": True, "reason": ""}
+    others = f"{processes - 1} processes" if processes is not None else "the processes"
+    return {
+        "safe": False,
+        "reason": (
+            f"its unit has KillMode={kill_mode}, so a restart would kill {others} running beside the daemon in its "
+            "unit (container shims, and with them the containers)"
+        ),
+    }
+
+
+class FilterModule:
+    """kubegpu.node restart filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"restart_safety": restart_safety}
