@@ -235,9 +235,11 @@ class ActionModule(NodeAction):
 
     # -----------------------------------------------------------------------------------------------------------------
 
-    def _pending(self, service: str, pending_file: str) -> tuple[dict[str, Any] | None, str, int]:
-        """The held-back change of `service` that is still not active, with this boot's id and the time since boot."""
-        marker = sc.parse_marker((self.read_bytes(pending_file) or b"").decode("utf-8", errors="replace"))
+    def _clock(self, service: str) -> tuple[str, int, int | None]:
+        """This boot's id, microseconds since boot, and when the unit's main process started (same clock).
+
+        /proc/uptime counts from boot as systemd's monotonic timestamps do on machines that do not suspend (servers).
+        """
         shown = self.command(
             [
                 "sh",
@@ -251,9 +253,20 @@ class ActionModule(NodeAction):
         lines = shown["stdout"].split("\n")
         boot_id, now = lines[0].strip(), sc.uptime_us(lines[1]) if len(lines) > 1 else 0
         started = int(lines[2]) if len(lines) > 2 and lines[2].strip().isdigit() else None
-        if marker is not None and not sc.pending_is_current(marker, boot_id, started):
-            marker = None
-        return marker, boot_id, now
+        return boot_id, now, started
+
+    def _pending(self, service: str, pending_file: str) -> dict[str, Any] | None:
+        """The held-back change of `service`, when it is still not active (the unit has not restarted since)."""
+        marker = sc.parse_marker((self.read_bytes(pending_file) or b"").decode("utf-8", errors="replace"))
+        if marker is None:
+            return None
+        boot_id, _now, started = self._clock(service)
+        if sc.pending_is_current(marker, boot_id, started):
+            return marker
+        # The unit restarted (or the node rebooted) since: the change is active and the note has served.
+        if not self._task.check_mode:
+            self.module("ansible.legacy.file", {"path": pending_file, "state": "absent"})
+        return None
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         service = args.get("service")
@@ -262,7 +275,7 @@ class ActionModule(NodeAction):
         changes = self._plan(args["files"])
         changed = [c for c in changes if c.changed]
         pending_file = f"{args['pending_dir']}/{service}.json" if service else ""
-        marker, boot_id, now = self._pending(service, pending_file) if service else (None, "", 0)
+        marker = self._pending(service, pending_file) if service else None
         restart_needed = bool(service and (changed or marker))
         restart = restart_needed and args["restart"]
         out: dict[str, Any] = {
@@ -318,6 +331,7 @@ class ActionModule(NodeAction):
             return out
         if not restart:
             self.module("ansible.legacy.file", {"path": args["pending_dir"], "state": "directory", "mode": "0700"})
+            boot_id, now, _started = self._clock(service)
             record = {"boot_id": boot_id, "written_us": now, "service": service, "restore": entries}
             self._write_text(pending_file, json.dumps(record, indent=2, sort_keys=True) + "\n")
             return out

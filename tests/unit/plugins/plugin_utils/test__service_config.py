@@ -124,3 +124,44 @@ def test_messages_tell_the_start_limit_from_the_daemon_refusing():
     assert "start limit was hit" in limited and "not necessarily the new configuration" in limited
     down = sc.restart_failure_message("kubelet.service", "exit-code", None, "timed out", True, False)
     assert "it is down" in down and "timed out" in down
+
+
+def entry(real_path: str, backup: str | None) -> dict:
+    return {"path": real_path, "real_path": real_path, "backup": backup, "attributes": None, "created_dirs": []}
+
+
+def test_a_file_changed_again_while_its_restart_is_held_back_restores_the_first_state():
+    earlier = [entry("/etc/a", "/b/a.1"), entry("/etc/b", None)]
+    now = [entry("/etc/a", "/b/a.2"), entry("/etc/c", "/b/c.2")]
+    merged = sc.merge_restore_entries(earlier, now)
+    assert [(e["real_path"], e["backup"]) for e in merged] == [
+        ("/etc/a", "/b/a.1"),
+        ("/etc/b", None),
+        ("/etc/c", "/b/c.2"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("marker", "boot_id", "started", "pending"),
+    [
+        ({"boot_id": "b1", "written_us": 500}, "b1", 400, True),  # the unit started before the change was written
+        ({"boot_id": "b1", "written_us": 500}, "b1", 600, False),  # restarted since: the change is active
+        ({"boot_id": "b1", "written_us": 500}, "b2", 100, False),  # rebooted since
+        ({"boot_id": "b1", "written_us": 500}, "b1", None, True),  # the unit does not run
+        ({"boot_id": "b1", "written_us": "x"}, "b1", 1, False),
+        (None, "b1", 1, False),
+    ],
+)
+def test_a_held_back_change_is_pending_until_the_unit_restarts(marker, boot_id, started, pending):
+    assert sc.pending_is_current(marker, boot_id, started) is pending
+
+
+def test_markers_that_cannot_be_read_count_as_none():
+    assert sc.parse_marker(None) is None
+    assert sc.parse_marker("{") is None
+    assert sc.parse_marker('{"restore": 1}') is None
+    assert sc.parse_marker('{"restore": [], "boot_id": "x"}') == {"restore": [], "boot_id": "x"}
+
+
+def test_uptime_in_microseconds():
+    assert sc.uptime_us("12.5 40.0\n") == 12_500_000
