@@ -24,7 +24,7 @@ MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard $(R
 # sid is not built: its systemd (262) does not boot on these cgroup v1 hosts; containerd 2.x comes from sid onto trixie.
 IMAGES ?= bullseye bookworm trixie
 
-.PHONY: help setup system venv link images kubectl lint sanity unit molecule test demo build clean
+.PHONY: help setup system venv link images kubectl lint sanity unit molecule test demo build ee awx clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -69,12 +69,20 @@ molecule: venv link images ## Every molecule scenario (check, converge, idempote
 build: venv ## Build the Galaxy tarball, install it into a temporary path and use it by FQCN
 	@$(ROOT)/tools/check-build.sh
 
+ee: venv images ## The execution environment image (ansible-builder; rebuilt only when its inputs change)
+	@$(ROOT)/tools/build-ee.sh
+
+awx: venv link images ## site.yml run as AWX runs a job: in the execution environment, through ansible-runner
+	@$(ROOT)/tools/timed.sh ee $(ROOT)/tools/build-ee.sh
+	KUBEGPU_AWX_TEST=1 pytest $(ROOT)/tests/awx -q --basetemp=$(TMP)/awx-test
+
 test: setup ## The full test run (what CI runs)
 	@$(ROOT)/tools/timed.sh lint $(MAKE) --no-print-directory lint
 	@$(ROOT)/tools/timed.sh build $(MAKE) --no-print-directory build
 	@$(ROOT)/tools/timed.sh sanity $(MAKE) --no-print-directory sanity
 	@$(ROOT)/tools/timed.sh unit $(MAKE) --no-print-directory unit
 	@$(ROOT)/tools/timed.sh molecule $(MAKE) --no-print-directory molecule
+	@$(ROOT)/tools/timed.sh awx $(MAKE) --no-print-directory awx
 
 demo: setup ## Run playbooks/site.yml against podman containers standing in for GPU nodes
 	@$(ROOT)/demo/run.sh
