@@ -162,7 +162,8 @@ def run_module(module) -> None:
                 "TLS certificate verification of the API server is disabled (validate_certs=false or an insecure "
                 "kubeconfig): the connection can be intercepted; set ca_cert instead"
             )
-        client = KubeClient(configuration)
+        # wait_timeout also bounds the retries of each call (429 with Retry-After, 5xx, a broken connection).
+        client = KubeClient(configuration, retry_window=float(module.params["wait_timeout"] or 300))
         if module.params["state"] == "present":
             _present(module, client, result)
         else:
