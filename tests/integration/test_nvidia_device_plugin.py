@@ -280,6 +280,36 @@ def test_validate_certs_false_warns(cluster):
     assert any("TLS certificate verification" in warning for warning in warnings_of(result)), result.get("warnings")
 
 
+def test_auth_options_come_from_k8s_auth_variables_as_in_kubernetes_core(cluster, monkeypatch):
+    monkeypatch.setenv("K8S_AUTH_HOST", cluster.url)
+    monkeypatch.setenv("K8S_AUTH_API_KEY", cluster.token)
+    monkeypatch.setenv("K8S_AUTH_VERIFY_SSL", "false")
+    result = run_module({"wait": False})
+    assert result.get("failed") is not True, result.get("msg")
+    assert any("TLS certificate verification" in warning for warning in warnings_of(result)), result.get("warnings")
+
+
+def test_validate_certs_true_overrides_an_insecure_kubeconfig(cluster, tmp_path):
+    kubeconfig = cluster.kubeconfig_dict()
+    kubeconfig["clusters"][0]["cluster"].pop("certificate-authority-data")
+    kubeconfig["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    insecure = run_module({"kubeconfig": kubeconfig, "wait": False})
+    assert insecure.get("failed") is not True, insecure.get("msg")
+    assert any("TLS certificate verification" in warning for warning in warnings_of(insecure))
+    verified = run_module({"kubeconfig": kubeconfig, "wait": False, "validate_certs": True})
+    assert verified["failed"] is True
+    assert "certificate verify failed" in verified["msg"]
+
+
+def test_api_requests_are_returned_on_failure_too(cluster):
+    cluster.fail_requests(count=1, status=429, retry_after=1)
+    result = run_module(args(cluster, namespace="gpu-operators", wait=False))
+    assert result["failed"] is True
+    assert result["status"] == 404
+    assert result["api_requests"] >= 2
+    assert result["api_throttled"] == 1
+
+
 def test_api_key_is_not_logged(cluster):
     result = run_module(args(cluster, wait=False))
     assert cluster.token not in str(result)

@@ -115,8 +115,8 @@ def load_configuration(params: dict, environ=None) -> tuple:
     if params.get("client_cert"):
         cfg.cert_file = params["client_cert"]
         cfg.key_file = params.get("client_key")
-    if params.get("validate_certs") is False:
-        cfg.verify_ssl = False
+    if params.get("validate_certs") is not None:
+        cfg.verify_ssl = bool(params["validate_certs"])
     if params.get("proxy"):
         cfg.proxy = params["proxy"]
     for option, path in (("ca_cert", cfg.ssl_ca_cert), ("client_cert", cfg.cert_file), ("client_key", cfg.key_file)):

@@ -123,7 +123,7 @@ def _present(module, client, result: dict) -> None:
         return
     diagnosis = diagnose_timeout(client, tracker, params["namespace"], params["name"])
     result["diagnosis"] = diagnosis
-    result["api_requests"] = client.request_count
+    _count_requests(client, result)
     done = sum(1 for state in tracker.states.values() if state["done"])
     resource = tracker.plan["resource"]
     module.fail_json(
@@ -133,6 +133,11 @@ def _present(module, client, result: dict) -> None:
         ),
         **result,
     )
+
+
+def _count_requests(client, result: dict) -> None:
+    result["api_requests"] = client.request_count
+    result["api_throttled"] = client.throttled_count
 
 
 def _absent(module, client, result: dict) -> None:
@@ -152,7 +157,8 @@ def run_module(module) -> None:
         module.no_log_values.update(kubeconfig_secrets(module.params["kubeconfig"]))
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR))
-    result: dict = {"changed": False, "objects": [], "nodes": {}, "waited": 0, "daemonset": {}}
+    result: dict = {"changed": False, "objects": [], "nodes": {}, "waited": 0, "api_requests": 0, "api_throttled": 0}
+    client = None
     try:
         for warning in validate_params(module.params):
             module.warn(warning)
@@ -170,6 +176,8 @@ def run_module(module) -> None:
             _absent(module, client, result)
     except DevicePluginError as error:
         result.update(error.details)
+        if client is not None:
+            _count_requests(client, result)
         module.fail_json(msg=error.msg, **result)
-    result["api_requests"] = client.request_count
+    _count_requests(client, result)
     module.exit_json(**result)
