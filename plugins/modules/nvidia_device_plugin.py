@@ -116,10 +116,12 @@ options:
       - Checked before any API call. C(version) must be V(v1), and C(flags.migStrategy) one of V(none), V(single),
         V(mixed). C(flags.plugin.deviceListStrategy) takes V(envvar), V(volume-mounts), V(cdi-annotations) or
         V(cdi-cri), as a string or a list. C(flags.plugin.deviceIDStrategy) takes V(uuid) or V(index).
-        C(sharing.timeSlicing) and C(sharing.mps) cannot both be set, MPS cannot be combined with MIG, and
         C(replicas) must be at least 2. Every key must be known to the plugin (v0.17 to v0.20) and sit at its
         level.
-      - With time-slicing or MPS of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N, under
+      - C(sharing.mps) is refused. MPS needs NVIDIA's MPS control daemon, a DaemonSet of its own on nodes labelled
+        C(nvidia.com/mps.capable=true), which this module does not deploy; without it the plugin never advertises
+        the shared GPUs. Use C(sharing.timeSlicing), or NVIDIA's Helm chart or GPU Operator for MPS.
+      - With time-slicing of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N, under
         C(nvidia.com/gpu.shared) when C(renameByDefault) is true.
       - Under C(flags.migStrategy) V(single) or V(mixed), the count depends on each GPU's MIG layout. The wait then
         only requires non-zero capacity equal to allocatable. Under V(mixed), the C(nvidia.com/mig-*) resources

@@ -193,6 +193,10 @@ def test_runtime_class_is_created_and_used(cluster):
             },
             "MPS cannot be combined with MIG",
         ),
+        (
+            {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}},
+            "sharing.mps: not supported by this module: MPS needs NVIDIA's MPS control daemon",
+        ),
     ],
 )
 def test_invalid_config_fails_before_any_api_call(cluster, config, fragment):
