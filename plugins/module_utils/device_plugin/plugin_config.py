@@ -49,8 +49,10 @@ class _ListOf:
 MPS_UNSUPPORTED = (
     "sharing.mps: not supported by this module: MPS needs NVIDIA's MPS control daemon (its own DaemonSet, on nodes "
     "labelled nvidia.com/mps.capable=true), which this module does not deploy, so the plugin would never advertise "
-    "the shared GPUs; use sharing.timeSlicing, or deploy the plugin with MPS through NVIDIA's Helm chart or GPU Operator"
+    "the shared GPUs; use sharing.timeSlicing, or deploy the plugin with MPS through NVIDIA's Helm chart or "
+    "GPU Operator"
 )
+
 
 def _check_duration(value):
     if isinstance(value, bool):
