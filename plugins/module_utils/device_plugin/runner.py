@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from ansible.module_utils.basic import missing_required_lib
@@ -29,6 +30,8 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client 
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import (
     ConfigValidationError,
     DevicePluginError,
+    KubeApiError,
+    KubeTransportError,
     OptionError,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import (
@@ -118,7 +121,10 @@ def _present(module, client, result: dict) -> None:
     outcome = wait_for_capacity(client, tracker, float(params["wait_timeout"]), clock=time.monotonic)
     result["waited"] = outcome["waited"]
     result["nodes"] = _node_report(tracker)
-    result["daemonset"] = _daemonset_status(client.get_or_none(object_path(objects[-1])))
+    # Best effort, one try: a throttled or failing read keeps the counters from the apply rather than delaying the
+    # result by a Retry-After.
+    with contextlib.suppress(KubeApiError, KubeTransportError):
+        result["daemonset"] = _daemonset_status(client.get_or_none(object_path(objects[-1]), deadline=client.clock()))
     if outcome["done"]:
         return
     diagnosis = diagnose_timeout(client, tracker, params["namespace"], params["name"])
