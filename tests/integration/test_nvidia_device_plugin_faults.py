@@ -80,7 +80,7 @@ def test_throttling_past_the_deadline_fails_at_the_deadline_with_the_status():
     assert result["failed"] is True
     assert result["status"] == 429
     assert "throttling" in result["msg"]
-    assert 2.0 <= elapsed <= 5.0
+    assert 2.0 <= elapsed <= 8.0
 
 
 # 2. Watches that end at once: no hot loop -----------------------------------------------------------------------
@@ -106,14 +106,15 @@ def test_watch_that_ends_at_once_is_not_a_hot_loop():
 @pytest.mark.parametrize("mode", ["bookmarks_only", "trickle"])
 def test_wait_timeout_is_a_deadline_when_the_watch_never_ends(mode):
     with SimCluster(nodes=[SimNode("gpu-1", gpus=2)], capacity_delay=0.1, faults={"gpu-1": "never_reports"}) as cluster:
-        cluster.set_watch_mode(mode, interval=0.1, hold=8.0)
+        cluster.set_watch_mode(mode, interval=0.1, hold=12.0)
         started = time.monotonic()
         result = run_module(args(cluster, expected_gpus={"gpu-1": 2}, wait_timeout=2))
         elapsed = time.monotonic() - started
     assert result["failed"] is True
     assert result["msg"].startswith("timed out after 2s waiting"), result["msg"]
     assert 2.0 <= result["waited"] <= 2.5
-    assert elapsed < 5.0
+    # The whole run (apply and diagnosis included) ends long before the server would end the stream (12 s).
+    assert elapsed < 8.0
 
 
 def test_watches_ask_the_server_to_end_them_by_the_deadline():
