@@ -12,6 +12,10 @@ Figures per waiter: detection latency (time from the last node's capacity to the
 made, CPU seconds and peak RSS of its process tree (GNU time, Debian's `time` package). Run:
 
     make venv link kubectl && .venv/bin/python bench/wait_capacity.py --sizes 100 1000 5000 --output bench/RESULTS.md
+
+With ``--throttle 0.5 --retry-after 1`` the simulator answers half of all requests with 429 and ``Retry-After: 1``
+while the capacity appears, and a second table gives each waiter's request rate in that window, its 429 answers, its
+node lists and the shortest gap between two of them.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ GPUS = 8
 GNU_TIME = "/usr/bin/time"  # Debian's `time` package
 LABEL = "kubegpu.bench/gpu"
 DAEMONSET = "nvidia-device-plugin-daemonset"
+WAITERS = ["module", "k8s_info", "kubectl"]
 
 
 @dataclass
@@ -51,6 +56,12 @@ class Result:
     peak_rss_mib: float
     wall_s: float
     note: str = ""
+    # With --throttle: while capacity appeared (the waiter's start to the last capacity), requests per second sent,
+    # how many were answered 429, node lists sent, and the shortest gap between two node lists.
+    throttled_rps: float = 0.0
+    throttled_429: int = 0
+    throttled_lists: int = 0
+    min_list_gap_s: float | None = None
 
 
 def _env() -> dict[str, str]:
@@ -93,9 +104,10 @@ class CapacityClock:
     costs no precision.
     """
 
-    def __init__(self, cluster: SimCluster, expected: int) -> None:
+    def __init__(self, cluster: SimCluster, expected: int, on_complete=None) -> None:
         self.cluster = cluster
         self.expected = expected
+        self.on_complete = on_complete
         self.last: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -106,6 +118,8 @@ class CapacityClock:
             times = self.cluster.capacity_times()
             if len(times) >= self.expected:
                 self.last = max(times.values())
+                if self.on_complete is not None:
+                    self.on_complete()
                 return
 
     def stop(self) -> None:
@@ -168,7 +182,21 @@ def _k8s_info_playbook(work: Path, kubeconfig: Path, size: int) -> Path:
     return playbook
 
 
-def run_one(waiter: str, size: int, work: Path, delay: float, spread: float) -> Result:
+def _throttle_figures(result: Result, cluster: SimCluster, start: float, last: float, offset: float) -> None:
+    """Fill the throttled-window figures from the simulator's request log (monotonic times; offset to time.time)."""
+    window = [entry for entry in cluster.request_log() if start <= entry[0] + offset <= last]
+    seconds = max(last - start, 1e-6)
+    result.throttled_rps = len(window) / seconds
+    result.throttled_429 = sum(1 for entry in window if entry[3] == 429)
+    lists = [entry[0] for entry in window if entry[1] == "list" and entry[2] == "nodes"]
+    result.throttled_lists = len(lists)
+    gaps = [later - earlier for earlier, later in zip(lists, lists[1:])]
+    result.min_list_gap_s = min(gaps) if gaps else None
+
+
+def run_one(
+    waiter: str, size: int, work: Path, delay: float, spread: float, throttle: float = 0.0, retry_after: int = 1
+) -> Result:
     with _cluster(size, delay, spread) as cluster:
         kubeconfig = work / "kubeconfig"
         cluster.write_kubeconfig(str(kubeconfig))
@@ -197,14 +225,23 @@ def run_one(waiter: str, size: int, work: Path, delay: float, spread: float) -> 
                     "--timeout=600s",
                 ]
         cluster.reset_counts()
-        clock = CapacityClock(cluster, size)
+        offset = time.time() - time.monotonic()
+        if throttle:
+            # API Priority and Fairness under load: a share of all requests answered 429 with Retry-After while the
+            # capacity appears; it stops once the last node has its capacity.
+            cluster.throttle(share=throttle, retry_after=retry_after)
+        clock = CapacityClock(cluster, size, on_complete=cluster.stop_throttle if throttle else None)
         start = time.time()
         code, end, cpu, rss = _run(cmd, work / f"{waiter}-{size}.log", timeout=660)
         clock.stop()
+        cluster.stop_throttle()
         requests = cluster.request_counts()["total"]
         if clock.last is None:
             return Result(waiter, size, False, 0, requests, cpu, rss, end - start, "capacity never complete")
-        return Result(waiter, size, code == 0, end - clock.last, requests, cpu, rss, end - start)
+        result = Result(waiter, size, code == 0, end - clock.last, requests, cpu, rss, end - start)
+        if throttle:
+            _throttle_figures(result, cluster, start, clock.last, offset)
+        return result
 
 
 def measure_floor(work: Path) -> tuple[float, float]:
@@ -226,7 +263,9 @@ def render(results: list[Result], args: argparse.Namespace, started: str, floor:
         "# Waiting for nvidia.com/gpu capacity: the module against the usual peers",
         "",
         f"Command: `.venv/bin/python bench/wait_capacity.py --sizes {' '.join(map(str, args.sizes))}"
-        f" --delay {args.delay} --spread {args.spread}`",
+        f" --delay {args.delay} --spread {args.spread}"
+        f"{' --waiters ' + ' '.join(args.waiters) if args.waiters != WAITERS else ''}"
+        f"{f' --throttle {args.throttle} --retry-after {args.retry_after}' if args.throttle else ''}`",
         f"Machine: {platform.node()} ({os.cpu_count()} CPUs, {platform.platform()}),"
         f" Python {platform.python_version()}; run {started}.",
         "The simulated API server runs in the benchmark's own process, on the same cores as the waiters.",
@@ -243,6 +282,21 @@ def render(results: list[Result], args: argparse.Namespace, started: str, floor:
             f"| {r.nodes} | {r.waiter} | {status} | {r.latency_s:.2f} | {r.requests} | {r.cpu_s:.2f} |"
             f" {r.peak_rss_mib:.0f} | {r.wall_s:.1f} |"
         )
+    if args.throttle:
+        lines += [
+            "",
+            f"Throttled: {args.throttle:.0%} of all requests answered 429 with `Retry-After: {args.retry_after}`"
+            " from the waiter's start until the last node has its capacity (the throttled window).",
+            "",
+            "| nodes | waiter | requests/s in the window | 429 answers | node lists in the window"
+            " | shortest gap between node lists (s) |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in results:
+            gap = "—" if r.min_list_gap_s is None else f"{r.min_list_gap_s:.2f}"
+            lines.append(
+                f"| {r.nodes} | {r.waiter} | {r.throttled_rps:.2f} | {r.throttled_429} | {r.throttled_lists} | {gap} |"
+            )
     lines += [
         "",
         "Detection: from the moment the simulator set the last node's capacity to the waiter's exit (process exit"
@@ -260,7 +314,9 @@ def render(results: list[Result], args: argparse.Namespace, started: str, floor:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 5000])
-    parser.add_argument("--waiters", nargs="+", default=["module", "k8s_info", "kubectl"])
+    parser.add_argument("--waiters", nargs="+", default=WAITERS)
+    parser.add_argument("--throttle", type=float, default=0.0, help="share of requests answered 429 (0 to 1)")
+    parser.add_argument("--retry-after", type=int, default=1, help="Retry-After of the 429 answers, in seconds")
     parser.add_argument("--delay", type=float, default=6.0)
     parser.add_argument("--spread", type=float, default=3.0)
     parser.add_argument("--output", type=Path)
@@ -273,7 +329,7 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         for size in args.sizes:
             for waiter in args.waiters:
-                result = run_one(waiter, size, work, args.delay, args.spread)
+                result = run_one(waiter, size, work, args.delay, args.spread, args.throttle, args.retry_after)
                 print(result, flush=True)
                 results.append(result)
         floor = measure_floor(work)

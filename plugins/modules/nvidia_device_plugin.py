@@ -116,10 +116,12 @@ options:
       - Checked before any API call. C(version) must be V(v1), and C(flags.migStrategy) one of V(none), V(single),
         V(mixed). C(flags.plugin.deviceListStrategy) takes V(envvar), V(volume-mounts), V(cdi-annotations) or
         V(cdi-cri), as a string or a list. C(flags.plugin.deviceIDStrategy) takes V(uuid) or V(index).
-        C(sharing.timeSlicing) and C(sharing.mps) cannot both be set, MPS cannot be combined with MIG, and
         C(replicas) must be at least 2. Every key must be known to the plugin (v0.17 to v0.20) and sit at its
         level.
-      - With time-slicing or MPS of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N, under
+      - C(sharing.mps) is refused. MPS needs NVIDIA's MPS control daemon, a DaemonSet of its own on nodes labelled
+        C(nvidia.com/mps.capable=true), which this module does not deploy; without it the plugin never advertises
+        the shared GPUs. Use C(sharing.timeSlicing), or NVIDIA's Helm chart or GPU Operator for MPS.
+      - With time-slicing of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N, under
         C(nvidia.com/gpu.shared) when C(renameByDefault) is true.
       - Under C(flags.migStrategy) V(single) or V(mixed), the count depends on each GPU's MIG layout. The wait then
         only requires non-zero capacity equal to allocatable. Under V(mixed), the C(nvidia.com/mig-*) resources
@@ -188,8 +190,10 @@ options:
   validate_certs:
     description:
       - Verify the API server's TLS certificate. Turning it off produces a warning.
+      - When not set, the kubeconfig's C(insecure-skip-tls-verify) decides, and certificates are verified otherwise
+        (as in kubernetes.core).
+      - Can be set with E(K8S_AUTH_VERIFY_SSL).
     type: bool
-    default: true
     aliases: [verify_ssl]
   ca_cert:
     description:
@@ -215,7 +219,16 @@ notes:
     keeps a running pod whose log explains why. Setting C(flags.failOnInitError) in O(config) takes precedence.
   - Each node is checked against its own Ready condition and C(status.capacity) and C(status.allocatable), so a node
     whose plugin runs but advertises nothing is never reported as ready.
+  - O(wait_timeout) bounds the whole wait whatever the API server does, and also the retries of each API call.
+    Answers 429 (throttled) and 5xx are retried, never sooner than the server's C(Retry-After), otherwise with
+    exponential backoff and jitter. A watch that ends early or fails is resumed after a backoff, and nodes are never
+    listed more than once a second.
+  - The module belongs to the action group C(kubegpu.node.k8s), so C(module_defaults) can set its connection options
+    once with C(group/kubegpu.node.k8s). The options it shares with C(kubernetes.core) (O(host), O(api_key),
+    O(kubeconfig), O(context), O(validate_certs), O(ca_cert), O(client_cert), O(client_key), O(proxy)) have the same
+    names, aliases and E(K8S_AUTH_*) variables, so one set of values can serve both groups.
 seealso:
+  - module: kubernetes.core.k8s
   - name: NVIDIA k8s-device-plugin
     description: The device plugin this module deploys.
     link: https://github.com/NVIDIA/k8s-device-plugin
@@ -314,6 +327,34 @@ nodes:
   description: GPU capacity per node covered by the wait (empty when the module did not wait).
   returned: always
   type: dict
+  contains:
+    capacity:
+      description: The node's C(status.capacity) of the counted resource (RV(nodes.resource)).
+      type: int
+    allocatable:
+      description: The node's C(status.allocatable) of the counted resource (RV(nodes.resource)).
+      type: int
+    expected:
+      description: The count the node must report (physical GPUs x replicas), or null when only non-zero is required.
+      type: int
+    resource:
+      description: The resource the wait counts, C(nvidia.com/gpu) or C(nvidia.com/gpu.shared).
+      type: str
+    ready:
+      description: Whether the node is done (Ready, and its capacity is as required and equal to allocatable).
+      type: bool
+    found:
+      description: Whether the node exists.
+      type: bool
+    node_ready:
+      description: The node's Ready condition.
+      type: bool
+    resources:
+      description: Under MIG C(mixed), the capacity and allocatable of each resource counted (C(nvidia.com/gpu) and
+        each C(nvidia.com/mig-*)).
+      type: dict
+      returned: under MIG mixed
+      sample: {"nvidia.com/mig-1g.10gb": {"capacity": 14, "allocatable": 14}}
   sample:
     gpu-node-1:
       capacity: 32
@@ -358,10 +399,22 @@ config_errors:
       flags.renameByDefault: 'renameByDefault' is not valid under flags; it belongs at
       sharing.timeSlicing.renameByDefault or sharing.mps.renameByDefault
 api_requests:
-  description: Number of HTTP requests the module sent to the API server.
-  returned: success
+  description: Number of HTTP requests the module sent to the API server (retries included).
+  returned: always
   type: int
   sample: 7
+api_throttled:
+  description: How many of those requests the API server answered with 429 (throttled).
+  returned: always
+  type: int
+  sample: 0
+option_errors:
+  description: Every problem found in the options, before any API call.
+  returned: when the options are invalid
+  type: list
+  elements: str
+  sample:
+    - "wait_timeout: must be a positive number of seconds, not 0"
 status:
   description: HTTP status of a failed API request.
   returned: on API failure
@@ -372,6 +425,16 @@ reason:
   returned: on API failure
   type: str
   sample: Forbidden
+api_message:
+  description: The message of the API server's C(Status) answer to a failed request.
+  returned: on API failure
+  type: str
+  sample: 'daemonsets.apps is forbidden: User "ci" cannot patch resource "daemonsets"'
+url:
+  description: The API server address that could not be reached.
+  returned: when the API server cannot be reached
+  type: str
+  sample: https://10.0.0.1:6443
 """
 
 from ansible.module_utils.basic import AnsibleModule

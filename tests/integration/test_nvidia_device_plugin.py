@@ -193,6 +193,10 @@ def test_runtime_class_is_created_and_used(cluster):
             },
             "MPS cannot be combined with MIG",
         ),
+        (
+            {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}},
+            "sharing.mps: not supported by this module: MPS needs NVIDIA's MPS control daemon",
+        ),
     ],
 )
 def test_invalid_config_fails_before_any_api_call(cluster, config, fragment):
@@ -278,6 +282,36 @@ def test_validate_certs_false_warns(cluster):
     result = run_module(args(cluster, ca_cert=None, validate_certs=False, wait=False))
     assert result.get("failed") is not True, result.get("msg")
     assert any("TLS certificate verification" in warning for warning in warnings_of(result)), result.get("warnings")
+
+
+def test_auth_options_come_from_k8s_auth_variables_as_in_kubernetes_core(cluster, monkeypatch):
+    monkeypatch.setenv("K8S_AUTH_HOST", cluster.url)
+    monkeypatch.setenv("K8S_AUTH_API_KEY", cluster.token)
+    monkeypatch.setenv("K8S_AUTH_VERIFY_SSL", "false")
+    result = run_module({"wait": False})
+    assert result.get("failed") is not True, result.get("msg")
+    assert any("TLS certificate verification" in warning for warning in warnings_of(result)), result.get("warnings")
+
+
+def test_validate_certs_true_overrides_an_insecure_kubeconfig(cluster, tmp_path):
+    kubeconfig = cluster.kubeconfig_dict()
+    kubeconfig["clusters"][0]["cluster"].pop("certificate-authority-data")
+    kubeconfig["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    insecure = run_module({"kubeconfig": kubeconfig, "wait": False})
+    assert insecure.get("failed") is not True, insecure.get("msg")
+    assert any("TLS certificate verification" in warning for warning in warnings_of(insecure))
+    verified = run_module({"kubeconfig": kubeconfig, "wait": False, "validate_certs": True})
+    assert verified["failed"] is True
+    assert "certificate verify failed" in verified["msg"]
+
+
+def test_api_requests_are_returned_on_failure_too(cluster):
+    cluster.fail_requests(count=1, status=429, retry_after=1)
+    result = run_module(args(cluster, namespace="gpu-operators", wait=False))
+    assert result["failed"] is True
+    assert result["status"] == 404
+    assert result["api_requests"] >= 2
+    assert result["api_throttled"] == 1
 
 
 def test_api_key_is_not_logged(cluster):
@@ -368,12 +402,13 @@ def test_conflict_with_another_manager_and_force(cluster):
 # Watch robustness ------------------------------------------------------------------------------------------------
 
 
-def test_dropped_watch_relists_and_still_succeeds():
+def test_dropped_watch_resumes_and_still_succeeds():
     with SimCluster(nodes=[SimNode("gpu-1", gpus=2), SimNode("gpu-2", gpus=2)], capacity_delay=0.6) as cluster:
         cluster.drop_watches(after_seconds=0.2)
         result = run_module(args(cluster, expected_gpus={"gpu-1": 2, "gpu-2": 2}))
         assert result.get("failed") is not True, result.get("msg")
-        assert counts(cluster, "list", "nodes") >= 2
+        # A broken stream is resumed from its last resourceVersion: no new list of every node.
+        assert counts(cluster, "list", "nodes") == 1
         assert counts(cluster, "watch", "nodes") >= 2
 
 

@@ -19,10 +19,14 @@ PLAYBOOK = textwrap.dedent(
     - name: Device plugin on the simulated cluster
       hosts: localhost
       gather_facts: false
+      # One set of connection options for this collection's group and kubernetes.core's.
+      module_defaults:
+        group/kubegpu.node.k8s: &k8s_auth
+          kubeconfig: "{{ kubeconfig_path }}"
+        group/kubernetes.core.k8s: *k8s_auth
       tasks:
         - name: Apply with time-slicing and wait for every node
           kubegpu.node.nvidia_device_plugin:
-            kubeconfig: "{{ kubeconfig_path }}"
             config:
               version: v1
               sharing:
@@ -38,7 +42,6 @@ PLAYBOOK = textwrap.dedent(
 
         - name: Apply again
           kubegpu.node.nvidia_device_plugin:
-            kubeconfig: "{{ kubeconfig_path }}"
             config:
               version: v1
               sharing:
@@ -61,6 +64,13 @@ PLAYBOOK = textwrap.dedent(
           register: invalid
           failed_when: invalid is not failed
 
+        - name: Read the DaemonSet with kubernetes.core, through the same module_defaults
+          kubernetes.core.k8s_info:
+            kind: DaemonSet
+            namespace: kube-system
+            name: nvidia-device-plugin-daemonset
+          register: daemonset
+
         - name: Check what happened
           ansible.builtin.assert:
             that:
@@ -69,6 +79,7 @@ PLAYBOOK = textwrap.dedent(
               - first.nodes['gpu-2'].capacity == 8
               - second is not changed
               - "'sharing.timeSlicing.renameByDefault' in invalid.msg"
+              - daemonset.resources | length == 1
     """
 )
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import fields
+from .defaults import apply_defaults
 from .errors import ApiError, already_exists, invalid, not_found
 from .resources import BY_PLURAL, ResourceType
 from .store import Entry, Store, clone
@@ -121,6 +122,7 @@ class Api:
             if rtype.has_status:
                 obj["status"] = clone(body.get("status") if keep_status else _INITIAL_STATUS.get(rtype.plural, {}))
             fields.record_update(None, obj, manager, rtype.has_status, rtype.api_version, now())
+            apply_defaults(rtype.plural, obj)
             self.validate(rtype, obj, None)
             if dry_run:
                 return obj
@@ -254,6 +256,7 @@ class Api:
 
     def _commit(self, rtype: ResourceType, live: Entry | None, new: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         old = live.obj if live else None
+        apply_defaults(rtype.plural, new)
         self.validate(rtype, new, old)
         if old is not None:
             if _same(new, old):

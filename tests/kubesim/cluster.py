@@ -17,6 +17,7 @@ import yaml
 
 from .api import Api
 from .errors import ApiError
+from .faults import FaultPlan
 from .resources import BY_PLURAL, resource_for
 from .server import SimHTTPServer
 from .sim import CAPACITY_ANNOTATION, FAULTS, SimNode, Simulation, normalise_faults
@@ -38,6 +39,12 @@ _CONTROL_METHODS = frozenset(
         "request_counts_json",
         "capacity_times",
         "add_node",
+        # faults.FaultPlan
+        "throttle",
+        "stop_throttle",
+        "set_watch_mode",
+        "set_error_body_delay",
+        "request_log",
     }
 )
 
@@ -86,6 +93,7 @@ class SimCluster:
         self._latency = 0.0
         self._drop: tuple[int | None, float | None, bool] = (None, None, False)
         self._force_gone = False
+        self.faults = FaultPlan()
         self._tmpdir: str | None = None
         self._server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -278,6 +286,23 @@ class SimCluster:
         with self._lock:
             self._force_gone = True
 
+    # Throttling, misbehaving watches and slow error bodies: see faults.FaultPlan.
+    def throttle(self, *args: Any, **kwargs: Any) -> None:
+        self.faults.throttle(*args, **kwargs)
+
+    def stop_throttle(self) -> None:
+        self.faults.stop_throttle()
+
+    def set_watch_mode(self, mode: str | None, interval: float = 0.1, hold: float = 8.0) -> None:
+        self.faults.set_watch_mode(mode, interval, hold)
+
+    def set_error_body_delay(self, seconds: float) -> None:
+        self.faults.set_error_body_delay(seconds)
+
+    def request_log(self) -> list[tuple[float, str, str, int]]:
+        """(monotonic start time, verb, resource, HTTP status) of every resource request, in order."""
+        return self.faults.request_log()
+
     def consume_forced_gone(self) -> bool:
         with self._lock:
             forced, self._force_gone = self._force_gone, False
@@ -332,6 +357,7 @@ class SimCluster:
             self._counts.clear()
             self._by_agent.clear()
             self._by_token.clear()
+        self.faults.clear_log()
 
     def control(self, method: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run one whitelisted method (for the ``/kubesim/control`` endpoint)."""

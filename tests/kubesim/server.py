@@ -152,8 +152,17 @@ class SimRequestHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.status_sent = code
+        super().send_response(code, message)
+
     def _send(
-        self, code: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
+        self,
+        code: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+        body_delay: float = 0.0,
     ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
@@ -162,6 +171,10 @@ class SimRequestHandler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
+        if body_delay:
+            # faults.FaultPlan.set_error_body_delay: the status line now, the body later.
+            self.wfile.flush()
+            time.sleep(body_delay)
         if self.command != "HEAD":
             self.wfile.write(body)
 
@@ -170,7 +183,9 @@ class SimRequestHandler(BaseHTTPRequestHandler):
 
     def _send_error(self, error: ApiError) -> None:
         headers = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else None
-        self._send(error.code, dumps(error.status()), headers=headers)
+        self._send(
+            error.code, dumps(error.status()), headers=headers, body_delay=self.server.cluster.faults.error_body_delay
+        )
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -199,6 +214,8 @@ class SimRequestHandler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization") or ""
         if auth.lower().startswith("bearer "):
             token = auth[7:].strip()
+        verb, resource, started = "", "", time.monotonic()
+        self.status_sent = 0
         try:
             if path.startswith("/kubesim/"):
                 self._authenticate(cluster, token, path)
@@ -208,6 +225,7 @@ class SimRequestHandler(BaseHTTPRequestHandler):
             verb, resource = self._classify(method, target, query, path)
             cluster.count_request(verb, resource, self.headers.get("User-Agent") or "", token)
             cluster.before_request(path)
+            cluster.faults.before_request(verb, resource, path)
             self._authenticate(cluster, token, path)
             if target is None:
                 self._discovery(path)
@@ -235,6 +253,9 @@ class SimRequestHandler(BaseHTTPRequestHandler):
             # A server answers 500 rather than dropping the connection, so a bug shows up as a readable error.
             LOG.error("kubesim internal error on %s %s:\n%s", method, self.path, traceback.format_exc())
             self._send_error(ApiError(500, f"Internal error occurred: kubesim: {exc!r}"))
+        finally:
+            if verb:
+                cluster.faults.record(started, verb, resource, self.status_sent)
 
     def _authenticate(self, cluster: SimCluster, token: str, path: str) -> None:
         if cluster.token is None or path in _UNAUTHENTICATED:
@@ -496,6 +517,8 @@ class SimRequestHandler(BaseHTTPRequestHandler):
         timeout = min(float(_single(query, "timeoutSeconds") or _MAX_WATCH_SECONDS), _MAX_WATCH_SECONDS)
         table = self._wants_table()
         ns = namespace if rtype.namespaced else None
+        if cluster.faults.serve_watch(self, rtype.kind, rtype.api_version, _single(query, "resourceVersion") or ""):
+            return
 
         def visible(obj: dict[str, Any]) -> bool:
             return (ns is None or obj["metadata"].get("namespace") == ns) and bool(matches(obj))

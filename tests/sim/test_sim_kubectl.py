@@ -90,3 +90,44 @@ def test_wrong_token_is_refused(cluster: SimCluster, kubectl: str, tmp_path: Pat
     path.write_text(yaml.safe_dump(config))
     result = _run(kubectl, str(path), "get", "nodes", check=False)
     assert result.returncode != 0 and "You must be logged in to the server" in result.stderr
+
+
+def test_rollout_status_of_a_daemonset_created_without_a_strategy(
+    cluster: SimCluster, kubectl: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    # Created without updateStrategy or revisionHistoryLimit: the server fills them in, as a real one does, and
+    # `kubectl rollout status` (which refuses anything but RollingUpdate) follows the rollout to its end.
+    bare = yaml.safe_load(yaml.safe_dump(DAEMONSET))
+    bare["spec"].pop("updateStrategy")
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(bare))
+    _run(kubectl, kubeconfig, "create", "-f", str(path))
+    status = _run(
+        kubectl,
+        kubeconfig,
+        "rollout",
+        "status",
+        "daemonset/nvidia-device-plugin-daemonset",
+        "-n",
+        "kube-system",
+        "--timeout=30s",
+    )
+    assert 'daemon set "nvidia-device-plugin-daemonset" successfully rolled out' in status.stdout
+    live = json.loads(
+        _run(
+            kubectl, kubeconfig, "get", "ds", "nvidia-device-plugin-daemonset", "-n", "kube-system", "-o", "json"
+        ).stdout
+    )
+    spec = live["spec"]
+    assert spec["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert spec["revisionHistoryLimit"] == 10
+    pod_spec = spec["template"]["spec"]
+    assert (pod_spec["restartPolicy"], pod_spec["dnsPolicy"], pod_spec["schedulerName"]) == (
+        "Always",
+        "ClusterFirst",
+        "default-scheduler",
+    )
+    container = pod_spec["containers"][0]
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert pod_spec["volumes"][0]["hostPath"]["type"] == ""

@@ -24,7 +24,8 @@ AUTH_ARG_SPEC = dict(
     context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
     host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
     api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
-    validate_certs=dict(type="bool", default=True, aliases=["verify_ssl"]),
+    # No default, as in kubernetes.core: unset keeps the kubeconfig's own insecure-skip-tls-verify.
+    validate_certs=dict(type="bool", aliases=["verify_ssl"], fallback=(env_fallback, ["K8S_AUTH_VERIFY_SSL"])),
     ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
     client_cert=dict(type="path", aliases=["cert_file"], fallback=(env_fallback, ["K8S_AUTH_CERT_FILE"])),
     client_key=dict(type="path", aliases=["key_file"], no_log=False, fallback=(env_fallback, ["K8S_AUTH_KEY_FILE"])),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from urllib.parse import urlencode
 
@@ -60,6 +61,9 @@ except ImportError:
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 USER_AGENT = "kubegpu.node/nvidia_device_plugin"
 DEFAULT_KUBECONFIG = "~/.kube/config"
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 10.0
+TRANSPORT_RETRIES = 3
 
 
 def _bearer(token: str) -> str:
@@ -111,8 +115,8 @@ def load_configuration(params: dict, environ=None) -> tuple:
     if params.get("client_cert"):
         cfg.cert_file = params["client_cert"]
         cfg.key_file = params.get("client_key")
-    if params.get("validate_certs") is False:
-        cfg.verify_ssl = False
+    if params.get("validate_certs") is not None:
+        cfg.verify_ssl = bool(params["validate_certs"])
     if params.get("proxy"):
         cfg.proxy = params["proxy"]
     for option, path in (("ca_cert", cfg.ssl_ca_cert), ("client_cert", cfg.cert_file), ("client_key", cfg.key_file)):
@@ -123,16 +127,55 @@ def load_configuration(params: dict, environ=None) -> tuple:
     return cfg, source
 
 
-class KubeClient:
-    """A small JSON client for the few API paths this module uses; it counts the requests it makes."""
+def retry_after_seconds(headers) -> float | None:
+    """The Retry-After header in seconds (the API server sends whole seconds), or None when absent or unusable."""
+    value = (headers or {}).get("Retry-After") if headers is not None else None
+    if value is None:
+        return None
+    value = str(value).strip()
+    if not value.isdigit():
+        return None
+    return float(int(value))
 
-    def __init__(self, configuration, sleep=time.sleep, retries: int = 3, backoff: float = 0.5):
+
+def retry_delay(attempt: int, retry_after: float | None, rng=random.random) -> float:
+    """How long to wait before attempt ``attempt + 1``.
+
+    A server's Retry-After is a floor (API Priority and Fairness asks for it when a priority level is full): the
+    delay is that many seconds plus up to 10 % jitter, never less. Without it, exponential backoff from BACKOFF_BASE,
+    doubling up to BACKOFF_CAP, with "equal jitter" (half fixed, half random), so that many clients that failed
+    together do not come back together, and none comes back at once.
+    """
+    if retry_after is not None:
+        return retry_after * (1.0 + 0.1 * rng())
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** max(0, attempt - 1)))
+    return ceiling / 2 + rng() * ceiling / 2
+
+
+class KubeClient:
+    """A small JSON client for the few API paths this module uses; it counts the requests it makes.
+
+    Every call retries 429, 5xx and broken connections with ``retry_delay`` until its deadline: the ``deadline``
+    argument (a ``clock()`` value), else ``retry_window`` seconds from the call's start. ``clock``, ``sleep`` and
+    ``rng`` are parameters so that tests control time.
+    """
+
+    def __init__(
+        self,
+        configuration,
+        sleep=time.sleep,
+        clock=time.monotonic,
+        rng=random.random,
+        retry_window: float = 60.0,
+    ):
         self._cfg = configuration
         self.base = configuration.host.rstrip("/")
         self._sleep = sleep
-        self._retries = retries
-        self._backoff = backoff
+        self.clock = clock
+        self._rng = rng
+        self.retry_window = retry_window
         self.request_count = 0
+        self.throttled_count = 0
         self.verify = bool(configuration.verify_ssl)
         pool_args: dict = {"num_pools": 2, "maxsize": 4}
         if self.base.startswith("https://"):
@@ -181,53 +224,72 @@ class KubeClient:
         )
 
     def _send(self, method: str, url: str, read_timeout: float, data=None, content_type=None, stream: bool = False):
-        """One counted HTTP exchange; urllib3's own retries are off, callers decide what is worth retrying."""
+        """One counted HTTP exchange; urllib3's own retries are off, callers decide what is worth retrying.
+
+        Without ``stream`` the whole body is read (error bodies too), so the connection goes back to the pool clean.
+        """
         self.request_count += 1
         return self._pool.request(
             method,
             url,
             body=data,
             headers=self._headers(content_type),
-            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+            timeout=urllib3.Timeout(connect=min(10.0, read_timeout), read=read_timeout),
             retries=False,
             preload_content=not stream,
         )
 
-    def request(self, method: str, path: str, query: dict | None = None, body=None, content_type=None, timeout=30.0):
-        """One API call with retries on 429/5xx and on connection errors; returns the parsed JSON answer."""
+    def pause(self, attempt: int, retry_after: float | None, deadline: float) -> bool:
+        """Sleep before a retry; False (without sleeping) when the retry could not start before ``deadline``."""
+        delay = retry_delay(attempt, retry_after, self._rng)
+        if self.clock() + delay >= deadline:
+            return False
+        self._sleep(delay)
+        return True
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: dict | None = None,
+        body=None,
+        content_type=None,
+        timeout=30.0,
+        deadline: float | None = None,
+    ):
+        """One API call, retried on 429/5xx and broken connections until the deadline; returns the parsed JSON."""
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             content_type = content_type or "application/json"
         url = self._url(path, query)
+        if deadline is None:
+            deadline = self.clock() + self.retry_window
         attempt = 0
         while True:
             attempt += 1
+            read_timeout = max(0.1, min(timeout, deadline - self.clock()))
             try:
-                response = self._send(method, url, timeout, data, content_type)
+                response = self._send(method, url, read_timeout, data, content_type)
             except Urllib3SSLError as error:
                 raise self._transport_error(error, method, path) from None
             except Urllib3HTTPError as error:
-                if attempt <= self._retries:
-                    self._sleep(self._backoff * attempt)
+                # A refused or reset connection is retried a few times only: a server that is not there stays so.
+                if attempt <= TRANSPORT_RETRIES and self.pause(attempt, None, deadline):
                     continue
                 raise self._transport_error(error, method, path) from None
             if 200 <= response.status < 300:
                 return json.loads(response.data) if response.data else {}
-            if response.status in RETRY_STATUSES and attempt <= self._retries:
-                self._sleep(self._retry_delay(response, attempt))
-                continue
+            if response.status in RETRY_STATUSES:
+                if response.status == 429:
+                    self.throttled_count += 1
+                if self.pause(attempt, retry_after_seconds(response.headers), deadline):
+                    continue
             raise KubeApiError(response.status, response.reason, method, path, response.data)
 
-    def _retry_delay(self, response, attempt: int) -> float:
-        retry_after = response.headers.get("Retry-After") if response.headers else None
-        if retry_after and retry_after.isdigit():
-            return min(float(retry_after), 5.0)
-        return self._backoff * attempt
-
-    def get_or_none(self, path: str, query: dict | None = None):
+    def get_or_none(self, path: str, query: dict | None = None, deadline: float | None = None):
         try:
-            return self.request("GET", path, query)
+            return self.request("GET", path, query, deadline=deadline)
         except KubeApiError as error:
             if error.status == 404:
                 return None
@@ -244,21 +306,33 @@ class KubeClient:
         return response.data.decode("utf-8", "replace")
 
     def watch(self, path: str, query: dict, timeout: float):
-        """Yield watch events (dicts) until the stream ends; WatchGone on 410, WatchInterrupted on a broken stream."""
+        """Yield watch events (dicts) until the stream ends or ``timeout`` seconds pass, whatever the server sends.
+
+        The server is asked to end the watch by then (timeoutSeconds), and the client ends it itself at that time too
+        (a server or proxy may ignore timeoutSeconds, or keep the stream alive with bookmarks or blank lines).
+        WatchGone on 410; WatchInterrupted (with the server's Retry-After, if any) on 429/5xx or a broken stream.
+        """
+        deadline = self.clock() + timeout
         query = dict(query, watch="true", allowWatchBookmarks="true", timeoutSeconds=max(1, int(timeout)))
         try:
-            response = self._send("GET", self._url(path, query), timeout + 5.0, stream=True)
+            response = self._send("GET", self._url(path, query), max(0.1, timeout), stream=True)
         except Urllib3SSLError as error:
             raise self._transport_error(error, "GET", path) from None
         except Urllib3HTTPError as error:
             raise WatchInterrupted(str(error)) from None
+        finished = False
         try:
-            if response.status == 410:
-                raise WatchGone()
-            if response.status in RETRY_STATUSES:
-                raise WatchInterrupted(f"HTTP {response.status}")
             if response.status != 200:
-                raise KubeApiError(response.status, response.reason, "GET", path, response.read())
+                # Read the error body now, so that the connection is clean when it goes back to the pool.
+                body = response.read(decode_content=True)
+                finished = True
+                if response.status == 410:
+                    raise WatchGone()
+                if response.status in RETRY_STATUSES:
+                    if response.status == 429:
+                        self.throttled_count += 1
+                    raise WatchInterrupted(f"HTTP {response.status}", retry_after=retry_after_seconds(response.headers))
+                raise KubeApiError(response.status, response.reason, "GET", path, body)
             buffer = b""
             for chunk in self._chunks(response):
                 buffer += chunk
@@ -266,11 +340,19 @@ class KubeClient:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
                         yield self._parse_event(line)
+                if self.clock() >= deadline:
+                    # Past the deadline while the server still sends (bookmarks, blank lines): end it here.
+                    return
+            finished = True
             if buffer.strip():
                 yield self._parse_event(buffer)
         except (Urllib3HTTPError, OSError) as error:
             raise WatchInterrupted(str(error)) from None
         finally:
+            if not finished:
+                # A stream left unread (the caller stopped, the deadline passed, the stream broke) must not go back
+                # to the pool: the next request on it would read the rest of this stream as its answer.
+                response.close()
             response.release_conn()
 
     @staticmethod

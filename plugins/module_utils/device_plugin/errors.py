@@ -45,7 +45,12 @@ class WatchGone(Exception):
 
 
 class WatchInterrupted(Exception):
-    """The watch stream ended or broke before the deadline: the caller lists again."""
+    """The watch stream broke, or the server answered 429/5xx: the caller backs off (``retry_after``: the server's
+    Retry-After in seconds, if it sent one) and watches again."""
+
+    def __init__(self, message: str = "", retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 _STATUS_HINTS = {

@@ -42,6 +42,18 @@ class _ListOf:
         self.item = item
 
 
+# The plugin's MPS mode only works beside NVIDIA's MPS control daemon: a second DaemonSet that runs
+# nvidia-cuda-mps-control on each node (in /run/nvidia/mps), scheduled on nodes labelled nvidia.com/mps.capable=true
+# (the label GPU feature discovery sets), which the plugin waits for before it advertises shared GPUs. This module
+# deploys neither, so an MPS config would leave every node without GPUs; it is refused up front instead.
+MPS_UNSUPPORTED = (
+    "sharing.mps: not supported by this module: MPS needs NVIDIA's MPS control daemon (its own DaemonSet, on nodes "
+    "labelled nvidia.com/mps.capable=true), which this module does not deploy, so the plugin would never advertise "
+    "the shared GPUs; use sharing.timeSlicing, or deploy the plugin with MPS through NVIDIA's Helm chart or "
+    "GPU Operator"
+)
+
+
 def _check_duration(value):
     if isinstance(value, bool):
         return "must be a duration such as 30s or 1m"
@@ -281,6 +293,8 @@ def validate_config(config) -> list[str]:
         problems.append("sharing: timeSlicing and mps cannot both be set; choose one sharing strategy")
     if mps is not None and mig_strategy in ("single", "mixed"):
         problems.append(f"sharing.mps: MPS cannot be combined with MIG (flags.migStrategy is {mig_strategy})")
+    if mps is not None:
+        problems.append(MPS_UNSUPPORTED)
     for label, section in (("timeSlicing", time_slicing), ("mps", mps)):
         if section is None:
             continue

@@ -234,13 +234,6 @@ def plugin_would_run(node: dict, pod_spec: dict) -> bool:
     )
 
 
-def select_nodes(nodes: dict, pod_spec: dict, names=None) -> list:
-    """Names the wait covers: the given names, or every node where a plugin pod would be scheduled."""
-    if names is not None:
-        return sorted(names)
-    return sorted(name for name, node in nodes.items() if plugin_would_run(node, pod_spec))
-
-
 # Diagnosis -------------------------------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from ansible.module_utils.basic import missing_required_lib
@@ -29,6 +30,8 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client 
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import (
     ConfigValidationError,
     DevicePluginError,
+    KubeApiError,
+    KubeTransportError,
     OptionError,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import (
@@ -118,12 +121,15 @@ def _present(module, client, result: dict) -> None:
     outcome = wait_for_capacity(client, tracker, float(params["wait_timeout"]), clock=time.monotonic)
     result["waited"] = outcome["waited"]
     result["nodes"] = _node_report(tracker)
-    result["daemonset"] = _daemonset_status(client.get_or_none(object_path(objects[-1])))
+    # Best effort, one try: a throttled or failing read keeps the counters from the apply rather than delaying the
+    # result by a Retry-After.
+    with contextlib.suppress(KubeApiError, KubeTransportError):
+        result["daemonset"] = _daemonset_status(client.get_or_none(object_path(objects[-1]), deadline=client.clock()))
     if outcome["done"]:
         return
     diagnosis = diagnose_timeout(client, tracker, params["namespace"], params["name"])
     result["diagnosis"] = diagnosis
-    result["api_requests"] = client.request_count
+    _count_requests(client, result)
     done = sum(1 for state in tracker.states.values() if state["done"])
     resource = tracker.plan["resource"]
     module.fail_json(
@@ -133,6 +139,11 @@ def _present(module, client, result: dict) -> None:
         ),
         **result,
     )
+
+
+def _count_requests(client, result: dict) -> None:
+    result["api_requests"] = client.request_count
+    result["api_throttled"] = client.throttled_count
 
 
 def _absent(module, client, result: dict) -> None:
@@ -152,7 +163,8 @@ def run_module(module) -> None:
         module.no_log_values.update(kubeconfig_secrets(module.params["kubeconfig"]))
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR))
-    result: dict = {"changed": False, "objects": [], "nodes": {}, "waited": 0, "daemonset": {}}
+    result: dict = {"changed": False, "objects": [], "nodes": {}, "waited": 0, "api_requests": 0, "api_throttled": 0}
+    client = None
     try:
         for warning in validate_params(module.params):
             module.warn(warning)
@@ -162,13 +174,16 @@ def run_module(module) -> None:
                 "TLS certificate verification of the API server is disabled (validate_certs=false or an insecure "
                 "kubeconfig): the connection can be intercepted; set ca_cert instead"
             )
-        client = KubeClient(configuration)
+        # wait_timeout also bounds the retries of each call (429 with Retry-After, 5xx, a broken connection).
+        client = KubeClient(configuration, retry_window=float(module.params["wait_timeout"] or 300))
         if module.params["state"] == "present":
             _present(module, client, result)
         else:
             _absent(module, client, result)
     except DevicePluginError as error:
         result.update(error.details)
+        if client is not None:
+            _count_requests(client, result)
         module.fail_json(msg=error.msg, **result)
-    result["api_requests"] = client.request_count
+    _count_requests(client, result)
     module.exit_json(**result)

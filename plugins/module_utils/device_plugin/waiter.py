@@ -4,14 +4,16 @@
 # Private to kubegpu.node.nvidia_device_plugin: the event-driven wait for GPU capacity.
 #
 # One list of nodes, then one watch from that list's resourceVersion; each event re-evaluates only the node it names,
-# so the cost per event does not depend on the cluster's size. A 410 Gone (history compacted) or a stream that ends
-# or breaks before the deadline leads to a fresh list. Pods are read only to explain a timeout (one list by label,
+# so the cost per event does not depend on the cluster's size. A stream that ends or breaks before the deadline is
+# resumed from its last resourceVersion (after a backoff when it ended early); a 410 Gone (history compacted) leads
+# to a fresh list, at most one per MIN_RELIST_INTERVAL. Pods are read only to explain a timeout (one list by label,
 # then the logs of at most MAX_LOGS failing pods). The clock and sleep are parameters so tests control time.
 
 from __future__ import annotations
 
 import time
 
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client import retry_delay
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import (
     KubeApiError,
     KubeTransportError,
@@ -32,7 +34,10 @@ NODES_PATH = "/api/v1/nodes"
 MAX_LOGS = 5
 LOG_TAIL_LINES = 20
 LOG_LIMIT_BYTES = 16384
-RELIST_PAUSE = 0.2
+# The Go client's reflector: a watch shorter than this, or without events, counts as ending early.
+HEALTHY_WATCH_SECONDS = 1.0
+MIN_RELIST_INTERVAL = 1.0
+LIST_TIMEOUT = 60.0
 
 
 def slim_node(node: dict) -> dict:
@@ -115,39 +120,79 @@ def _selectors(pod_spec: dict, fixed_targets) -> dict:
 
 
 def wait_for_capacity(client, tracker: CapacityWait, timeout: float, clock=time.monotonic, sleep=time.sleep) -> dict:
-    """Wait until every covered node is done or the timeout passes; returns counters and the outcome."""
+    """Wait until every covered node is done or the timeout passes; returns counters and the outcome.
+
+    ``timeout`` bounds the whole wait whatever the server does: each request gets the remaining time as its own
+    deadline (retries included), each watch asks the server to end by then and is ended by the client at that time.
+    A watch that ends normally is resumed from its last resourceVersion. One that fails (429/5xx, a broken stream) is
+    resumed too, after a backoff. One that ends at once without an event, or a 410 Gone, leads to a new list, never
+    sooner than MIN_RELIST_INTERVAL after the previous one. Backoffs grow exponentially with jitter while watches keep
+    failing, and are never shorter than the server's Retry-After, as with the Go client's reflector.
+    """
     start = clock()
     deadline = start + timeout
     selectors = _selectors(tracker.pod_spec, tracker.fixed_targets)
     lists = watches = 0
-    while True:
+    last_list = None
+    version = None
+    failures = 0
+    while clock() < deadline:
+        if version is None:
+            if last_list is not None:
+                pause = last_list + MIN_RELIST_INTERVAL - clock()
+                if pause > 0:
+                    if clock() + pause >= deadline:
+                        break
+                    sleep(pause)
+            last_list = clock()
+            listing = client.request(
+                "GET", NODES_PATH, query=selectors or None, timeout=LIST_TIMEOUT, deadline=deadline
+            )
+            lists += 1
+            tracker.reset({node["metadata"]["name"]: slim_node(node) for node in listing.get("items") or []})
+            if tracker.complete():
+                break
+            version = (listing.get("metadata") or {}).get("resourceVersion")
         remaining = deadline - clock()
         if remaining <= 0:
             break
-        listing = client.request("GET", NODES_PATH, query=selectors or None, timeout=max(5.0, min(remaining, 60.0)))
-        lists += 1
-        tracker.reset({node["metadata"]["name"]: slim_node(node) for node in listing.get("items") or []})
-        if tracker.complete():
-            break
-        version = (listing.get("metadata") or {}).get("resourceVersion")
+        watches += 1
+        opened = clock()
+        events = 0
+        retry_after = None
         try:
-            remaining = deadline - clock()
-            if remaining <= 0:
-                break
-            watches += 1
             for event in client.watch(NODES_PATH, dict(selectors, resourceVersion=version), timeout=remaining):
                 version = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or version
                 if event.get("type") != "BOOKMARK":
+                    events += 1
                     tracker.apply_event(event)
-                    if tracker.complete() or clock() >= deadline:
-                        break
-            if tracker.complete():
-                break
+                if tracker.complete() or clock() >= deadline:
+                    break
         except WatchGone:
+            version = None
             continue
-        except WatchInterrupted:
-            sleep(max(0.0, min(RELIST_PAUSE, deadline - clock())))
-            continue
+        except WatchInterrupted as error:
+            # Throttled, a server error or a broken stream: back off, then resume from the last resourceVersion.
+            retry_after = error.retry_after
+            events = 0
+        else:
+            if tracker.complete() or clock() >= deadline:
+                break
+            if clock() - opened >= HEALTHY_WATCH_SECONDS:
+                # A normal end (the server's own timeout, a restart): resume at once.
+                failures = 0
+                continue
+            if not events:
+                # Ended at once without an event: the stream cannot be trusted, so list again, after a backoff.
+                version = None
+        if tracker.complete() or clock() >= deadline:
+            break
+        failures += 1
+        delay = retry_delay(failures, retry_after)
+        if clock() + delay >= deadline:
+            sleep(max(0.0, deadline - clock()))
+            break
+        sleep(delay)
     return {
         "done": tracker.complete(),
         "waited": round(clock() - start, 3),

@@ -121,6 +121,14 @@ def test_time_slicing_and_mps_are_exclusive():
     assert "sharing: timeSlicing and mps cannot both be set; choose one sharing strategy" in validate_config(config)
 
 
+def test_mps_is_refused_because_its_control_daemon_is_not_deployed():
+    config = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+    (problem,) = validate_config(config)
+    assert problem.startswith("sharing.mps: not supported by this module")
+    assert "MPS control daemon" in problem
+    assert "use sharing.timeSlicing" in problem
+
+
 @pytest.mark.parametrize("strategy", ["single", "mixed"])
 def test_mps_is_not_allowed_with_mig(strategy):
     config = {

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client import (
+    retry_after_seconds,
+    retry_delay,
+)
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors import (
     KubeApiError,
     WatchGone,
@@ -11,6 +16,7 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors 
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import capacity_plan
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.waiter import (
+    MIN_RELIST_INTERVAL,
     CapacityWait,
     diagnose_timeout,
     wait_for_capacity,
@@ -48,9 +54,11 @@ class ScriptedApi:
         self.pods = list(pods)
         self.logs = logs or {}
         self.calls = []
+        self.times = []
 
-    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0):
+    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0, deadline=None):
         self.calls.append(("list", path, query))
+        self.times.append(("list", self.clock.now))
         if path == "/api/v1/nodes":
             return {"metadata": {"resourceVersion": "10"}, "items": copy.deepcopy(self.nodes)}
         return {"items": copy.deepcopy(self.pods)}
@@ -61,7 +69,17 @@ class ScriptedApi:
 
     def watch(self, path, query, timeout):
         self.calls.append(("watch", path, query))
+        self.times.append(("watch", self.clock.now))
         step = self.steps.pop(0) if self.steps else ("idle",)
+        if step[0] == "empty":
+            return
+        if step[0] == "throttled":
+            raise WatchInterrupted("HTTP 429", retry_after=step[1])
+        if step[0] == "bookmarks":
+            # A server that ignores timeoutSeconds and sends only bookmarks, forever; the client's deadline ends it.
+            while True:
+                self.clock.now += 0.5
+                yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "10"}}}
         if step[0] == "gone":
             raise WatchGone()
         if step[0] == "drop":
@@ -100,10 +118,10 @@ def test_capacity_arrives_by_watch(fixture):
     assert tracker.states["gpu-a100-2"]["capacity"] == 8
 
 
-def test_gone_and_dropped_watch_lead_to_a_fresh_list(fixture):
+def test_gone_leads_to_a_fresh_list_and_a_dropped_watch_resumes(fixture):
     clock = Clock()
     node = fixture("node_no_capacity.json")
-    steps = [("gone",), ("drop", [{"type": "MODIFIED", "object": with_gpus(node, 2, "11")}])]
+    steps = [("gone",), ("drop", [{"type": "MODIFIED", "object": with_gpus(node, 2, "11")}]), ("gone",)]
     api = ScriptedApi([node], steps, clock)
     lists_seen = []
     answer_list = api.request
@@ -119,7 +137,52 @@ def test_gone_and_dropped_watch_lead_to_a_fresh_list(fixture):
     tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
     outcome = wait_for_capacity(api, tracker, 30, clock=clock, sleep=clock.sleep)
     assert outcome["done"] is True
-    assert (outcome["lists"], outcome["watches"]) == (3, 2)
+    # gone -> list; drop -> watch again from resourceVersion 11 (no list); gone -> list, which finds 8 GPUs.
+    assert (outcome["lists"], outcome["watches"]) == (3, 3)
+    watch_versions = [call[2]["resourceVersion"] for call in api.calls if call[0] == "watch"]
+    assert watch_versions == ["10", "10", "11"]
+    list_times = [t for kind, t in api.times if kind == "list"]
+    assert all(b - a >= MIN_RELIST_INTERVAL for a, b in zip(list_times, list_times[1:]))
+
+
+def test_watch_that_ends_at_once_backs_off_and_lists_at_most_once_a_second(fixture):
+    clock = Clock()
+    api = ScriptedApi([fixture("node_no_capacity.json")], [("empty",)] * 1000, clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    outcome = wait_for_capacity(api, tracker, 30, clock=clock, sleep=clock.sleep)
+    assert outcome["done"] is False
+    assert outcome["waited"] == 30.0
+    list_times = [t for kind, t in api.times if kind == "list"]
+    assert all(b - a >= MIN_RELIST_INTERVAL for a, b in zip(list_times, list_times[1:]))
+    # Backoff from 0.5 s doubling up to 10 s (with jitter): a few watches in 30 s, not a hot loop.
+    assert outcome["watches"] <= 10
+    assert outcome["lists"] == outcome["watches"]
+
+
+def test_throttled_watch_waits_retry_after_and_does_not_list_again(fixture):
+    clock = Clock()
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock.sleep(seconds)
+
+    api = ScriptedApi([fixture("node_no_capacity.json")], [("throttled", 2)] * 1000, clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    outcome = wait_for_capacity(api, tracker, 20, clock=clock, sleep=sleep)
+    assert outcome["lists"] == 1
+    assert min(slept[:-1]) >= 2.0
+    assert outcome["watches"] <= 10
+    assert outcome["waited"] == 20.0
+
+
+def test_deadline_holds_when_the_server_sends_only_bookmarks(fixture):
+    clock = Clock()
+    api = ScriptedApi([fixture("node_no_capacity.json")], [("bookmarks",)], clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    outcome = wait_for_capacity(api, tracker, 5, clock=clock, sleep=clock.sleep)
+    assert outcome["done"] is False
+    assert outcome["waited"] == 5.0
 
 
 def test_timeout_is_bounded_and_reports_pending(fixture):
@@ -200,7 +263,7 @@ def test_diagnosis_reads_pods_once_and_logs_only_of_failing_pods(fixture):
 class ForbiddenPodsApi(ScriptedApi):
     """Nodes are readable, pods are not (narrow RBAC)."""
 
-    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0):
+    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0, deadline=None):
         if "/pods" in path:
             self.calls.append(("list", path, query))
             raise KubeApiError(
@@ -227,7 +290,7 @@ class EventsApi(ScriptedApi):
         super().__init__(*args, **kwargs)
         self.events = list(events)
 
-    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0):
+    def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0, deadline=None):
         if path.endswith("/events"):
             self.calls.append(("list", path, query))
             return {"items": copy.deepcopy(self.events)}
@@ -262,3 +325,28 @@ def test_diagnosis_names_why_the_daemonset_creates_no_pods(fixture):
             "reason=FailedCreate"
         }
     ]
+
+
+def test_retry_delay_honours_retry_after_and_backs_off_with_jitter():
+    # Retry-After is a floor, with at most 10 % added.
+    assert retry_delay(1, 1.0, rng=lambda: 0.0) == 1.0
+    assert retry_delay(7, 3.0, rng=lambda: 1.0) == pytest.approx(3.3)
+    # Without it: half fixed, half random, doubling from 0.5 s up to 10 s.
+    assert [retry_delay(n, None, rng=lambda: 0.0) for n in (1, 2, 3, 4, 5, 6, 7)] == [
+        0.25,
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        5.0,
+        5.0,
+    ]
+    assert [retry_delay(n, None, rng=lambda: 1.0) for n in (1, 2, 3, 6)] == [0.5, 1.0, 2.0, 10.0]
+
+
+def test_retry_after_header_is_read_as_whole_seconds():
+    assert retry_after_seconds({"Retry-After": "1"}) == 1.0
+    assert retry_after_seconds({"Retry-After": " 30 "}) == 30.0
+    assert retry_after_seconds({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
+    assert retry_after_seconds({}) is None
+    assert retry_after_seconds(None) is None
