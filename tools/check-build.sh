@@ -22,11 +22,14 @@ for must in MANIFEST.json FILES.json LICENSE README.md meta/runtime.yml playbook
   grep -qx "$must" "$work/contents" || { echo "$must is missing from the tarball" >&2; exit 1; }
 done
 
-# Install into a path of its own, and see only that path: the result must not lean on the source tree (whose
-# development link would otherwise count as "already installed").
-export ANSIBLE_COLLECTIONS_PATH="$work/installed" ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
+# Install into a path of its own, and see only that path and the dependencies (kubernetes.core, from the collections
+# the ansible package bundles, as users get it): the result must not lean on the source tree (whose development link
+# would otherwise count as "already installed"). Galaxy is not reachable, so dependencies are not fetched.
 unset PYTHONPATH
-ansible-galaxy collection install --offline --force "$tarball" -p "$work/installed" >/dev/null
+bundled=$(python3 -c 'import ansible_collections.kubernetes.core as c, os; print(c.__path__[0].rsplit("/ansible_collections/", 1)[0])')
+[ -d "$bundled/ansible_collections/kubernetes/core" ] || { echo "kubernetes.core is not installed (the ansible package bundles it)" >&2; exit 1; }
+export ANSIBLE_COLLECTIONS_PATH="$work/installed:$bundled" ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
+ansible-galaxy collection install --offline --no-deps --force "$tarball" -p "$work/installed" >/dev/null
 [ -f "$work/installed/ansible_collections/kubegpu/node/MANIFEST.json" ] || { echo "the tarball did not install" >&2; exit 1; }
 cd "$work"
 ansible-doc -t role kubegpu.node.container_runtime >/dev/null
@@ -36,5 +39,7 @@ for path in "$root"/plugins/modules/*.py; do
   ansible-doc -t module "kubegpu.node.$module" >/dev/null
 done
 ansible-doc -t filter kubegpu.node.docker_daemon_config >/dev/null
+ansible-doc -t filter kubegpu.node.gpu_labels >/dev/null
+ansible-doc -t filter kubegpu.node.gpu_validation_table >/dev/null
 ansible-playbook kubegpu.node.site --syntax-check -i localhost, >/dev/null
 echo "installed collection: roles, modules and kubegpu.node.site resolve by FQCN"

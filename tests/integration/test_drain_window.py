@@ -131,7 +131,7 @@ def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(tmp_path):
         # gpu-a: its pod was evicted (the budget allowed one), the node rebooted, was waited on, and uncordoned.
         assert cluster.get_object("pod", "train-a", "default") is None
         assert cluster.get_object("pod", "train-b", "default") is not None
-        assert "FAILED - RETRYING: [gpu-a -> localhost]: Wait until node gpu-a is Ready in the API" in output
+        assert "FAILED - RETRYING: [gpu-a -> localhost]: Wait until the node is Ready in the API, gpu-a" in output
         node_a = cluster.get_object("node", "gpu-a")
         assert node_a["status"]["nodeInfo"]["bootID"] != boot_before
         assert next(c for c in node_a["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
