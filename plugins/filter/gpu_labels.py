@@ -80,8 +80,9 @@ def gpu_labels(facts: Any) -> dict[str, str]:
     if first.get("name"):
         labels[f"{PREFIX}gpu.product"] = label_value(first["name"])
     memory = _first(first, "memory_total_mib", "memory_mib")
-    if memory is not None and str(memory).split(".")[0].isdigit():
-        labels[f"{PREFIX}gpu.memory"] = str(memory).split(".")[0]
+    whole_mib = str(memory).split(".", maxsplit=1)[0]
+    if memory is not None and whole_mib.isdigit():
+        labels[f"{PREFIX}gpu.memory"] = whole_mib
     capability = str(first.get("compute_capability") or "")
     if re.fullmatch(r"\d+\.\d+", capability):
         major, minor = (int(p) for p in capability.split("."))
