@@ -43,7 +43,7 @@ echo "== Installing containerd and the stand-ins (nvidia-container-runtime, nvid
 ansible-playbook -i demo/inventory.yml demo/prepare.yml >"$work/prepare.log" || { cat "$work/prepare.log"; exit 1; }
 
 echo "== A training job runs on node 1, under a PodDisruptionBudget"
-kubectl apply -f demo/workload.yml
+kubectl apply -f demo/workload/
 kubectl get pods -o wide
 
 echo "== ansible-playbook kubegpu.node.site --diff"
