@@ -39,11 +39,18 @@ for _ in $(seq 50); do [ -s "$work/kubeconfig" ] && break; sleep 0.2; done
 export KUBECONFIG="$work/kubeconfig"
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.capacity.nvidia\.com/gpu'
 
-echo "== Installing containerd and the nvidia-container-runtime stand-in in the containers"
+echo "== Installing containerd and the stand-ins (nvidia-container-runtime, nvidia-smi, the driver's facts) in the containers"
 ansible-playbook -i demo/inventory.yml demo/prepare.yml >"$work/prepare.log" || { cat "$work/prepare.log"; exit 1; }
 
+echo "== A training job runs on node 1, under a PodDisruptionBudget"
+kubectl apply -f demo/workload/
+kubectl get pods -o wide
+
 echo "== ansible-playbook kubegpu.node.site --diff"
-ansible-playbook -i demo/inventory.yml kubegpu.node.site --diff -e "kubegpu_kubeconfig=$work/kubeconfig"
+start=$(date +%s)
+ansible-playbook -i demo/inventory.yml kubegpu.node.site --diff -e "kubegpu_kubeconfig=$work/kubeconfig" \
+  ${DEMO_VERBOSE:+-vvv} | tee "$work/first-run.log"
+echo "== First converge: $(( $(date +%s) - start )) s"
 
 echo "== What changed on the nodes"
 for n in "${nodes[@]}"; do
@@ -53,11 +60,19 @@ for n in "${nodes[@]}"; do
 done
 echo "-- the cluster: nvidia.com/gpu capacity per node, as kubectl sees it"
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.capacity.nvidia\.com/gpu,ALLOCATABLE:.status.allocatable.nvidia\.com/gpu'
+echo "-- the GPU labels (the names GPU feature discovery uses), and node 1 schedulable again after its drain"
+kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count,nvidia.com/gpu.memory,nvidia.com/cuda.driver-version.full
+echo "-- the training job was evicted from node 1 before containerd restarted under it (its events)"
+kubectl get pods -o wide
 kubectl -n kube-system get daemonset nvidia-device-plugin-daemonset
 
-echo "== Running it again: nothing should change"
-ansible-playbook -i demo/inventory.yml kubegpu.node.site -e "kubegpu_kubeconfig=$work/kubeconfig" | tee "$work/second-run.log" | tail -n 6
-if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log"; then
+echo "== Running it again: nothing should change, nothing is drained"
+start=$(date +%s)
+ansible-playbook -i demo/inventory.yml kubegpu.node.site -e "kubegpu_kubeconfig=$work/kubeconfig" \
+  ${DEMO_VERBOSE:+-vvv} >"$work/second-run.log"
+echo "== No-op re-run: $(( $(date +%s) - start )) s"
+tail -n 6 "$work/second-run.log"
+if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log" || grep -q 'Cordon and drain node' "$work/second-run.log"; then
   echo "== The second run changed something (see $work/second-run.log)" >&2
   exit 1
 fi

@@ -56,7 +56,10 @@ for path in "$root"/plugins/modules/*.py; do
   module=$(basename "$path" .py)
   ansible-doc -t module "kubegpu.node.$module" >/dev/null
 done
-ansible-doc -t filter kubegpu.node.docker_daemon_config >/dev/null
+for path in "$root"/plugins/filter/*.yml; do
+  [ -e "$path" ] || continue
+  ansible-doc -t filter "kubegpu.node.$(basename "$path" .yml)" >/dev/null
+done
 printf 'gpu_nodes:\n  hosts:\n    gpu-1:\n' >"$work/inventory.yml"
 ansible-playbook kubegpu.node.site --syntax-check -i "$work/inventory.yml" >/dev/null
 ansible-playbook kubegpu.node.site --list-tasks -i "$work/inventory.yml" >"$work/site-tasks"

@@ -23,6 +23,7 @@ from .server import SimHTTPServer
 from .sim import CAPACITY_ANNOTATION, FAULTS, SimNode, Simulation, normalise_faults
 from .store import Store, clone
 from .tlsutil import make_ca, make_server_cert
+from .workloads import Workloads
 
 __all__ = ["CAPACITY_ANNOTATION", "FAULTS", "SimCluster", "SimNode"]
 
@@ -45,6 +46,7 @@ _CONTROL_METHODS = frozenset(
         "set_watch_mode",
         "set_error_body_delay",
         "request_log",
+        "reboot_node",
     }
 )
 
@@ -82,6 +84,8 @@ class SimCluster:
         self.store = Store(history_size=history_size)
         self.api = Api(self.store)
         self.sim = Simulation(self.api, capacity_delay, capacity_spread, pod_start_delay)
+        # The scheduler and kubelet for pods no DaemonSet owns (run-to-completion pods, drains, GPU requests).
+        self.workloads = Workloads(self.sim)
         self._port = port
         self._initial_nodes = list(nodes)
         self._initial_faults = dict(faults or {})
@@ -230,6 +234,13 @@ class SimCluster:
                 return True
             time.sleep(interval)
         return bool(predicate())
+
+    def reboot_node(self, name: str, down_seconds: float = 2.0) -> str:
+        """The node's machine rebooted: NotReady at once with a new ``nodeInfo.bootID``, Ready after ``down_seconds``.
+
+        Returns the new boot ID. A demo tells a simulator in another process through ``/kubesim/control``.
+        """
+        return self.workloads.reboot_node(name, down_seconds)
 
     # ----- faults -----------------------------------------------------------------------------------------------
 

@@ -52,12 +52,30 @@ class ResourceType:
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "Namespace", "namespaces", "namespace", False, ("ns",), True, ("status",)),
     ResourceType("", "v1", "Node", "nodes", "node", False, ("no",), True, ("status",)),
-    ResourceType("", "v1", "Pod", "pods", "pod", True, ("po",), True, ("status", "log")),
+    ResourceType("", "v1", "Pod", "pods", "pod", True, ("po",), True, ("status", "log", "eviction")),
     ResourceType("", "v1", "ConfigMap", "configmaps", "configmap", True, ("cm",)),
     ResourceType("", "v1", "Event", "events", "event", True, ("ev",)),
     ResourceType("apps", "v1", "DaemonSet", "daemonsets", "daemonset", True, ("ds",), True, ("status",)),
     ResourceType("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", False),
+    ResourceType(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        True,
+        ("pdb",),
+        True,
+        ("status",),
+    ),
 )
+
+# How discovery describes a subresource: (kind, group, version, verbs). kubectl drain looks for pods/eviction with
+# kind Eviction and a group and version before it evicts (otherwise it deletes pods instead).
+_SUBRESOURCE_DISCOVERY: dict[str, tuple[str, str, str, list[str]]] = {
+    "log": ("Pod", "", "", ["get"]),
+    "eviction": ("Eviction", "policy", "v1", ["create"]),
+}
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_KIND: dict[str, ResourceType] = {r.kind.lower(): r for r in RESOURCES}
@@ -127,15 +145,19 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["shortNames"] = list(rtype.short_names)
         entries.append(entry)
         for sub in rtype.subresources:
-            entries.append(
-                {
-                    "name": f"{rtype.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": rtype.namespaced,
-                    "kind": rtype.kind if sub == "status" else "Pod",
-                    "verbs": ["get", "patch", "update"] if sub == "status" else ["get"],
-                }
+            kind, sub_group, sub_version, verbs = _SUBRESOURCE_DISCOVERY.get(
+                sub, (rtype.kind, "", "", ["get", "patch", "update"])
             )
+            sub_entry: dict[str, Any] = {
+                "name": f"{rtype.plural}/{sub}",
+                "singularName": "",
+                "namespaced": rtype.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            }
+            if sub_group:
+                sub_entry["group"], sub_entry["version"] = sub_group, sub_version
+            entries.append(sub_entry)
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",

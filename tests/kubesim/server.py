@@ -20,6 +20,7 @@ import yaml
 from . import resources as res
 from .api import PATCH_TYPES
 from .errors import ApiError, status_object
+from .eviction import evict
 from .resources import BY_PATH, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Entry, Event, dumps
@@ -367,6 +368,9 @@ class SimRequestHandler(BaseHTTPRequestHandler):
                 self._send_object(200, api.get(rtype, namespace, name).obj, rtype)
             return
         body = self._parse_body(raw)
+        if method == "POST" and sub == "eviction" and name is not None:
+            self._send_json(201, evict(api, namespace or "default", name, body, dry_run))
+            return
         if method == "POST" and name is None:
             self._send_json(201, api.create(rtype, namespace, body or {}, manager, dry_run))
         elif method == "PUT" and name is not None:

@@ -216,6 +216,8 @@ class Simulation:
         self.ds_pods: dict[tuple[str, str], dict[str, PodState]] = {}
         self.ds_desired: dict[tuple[str, str], set[str]] = {}
         self.capacity_times: dict[str, float] = {}
+        # Logs of pods no DaemonSet owns, written by workloads.Workloads when they finish.
+        self.workload_logs: dict[tuple[str, str], list[str]] = {}
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -899,7 +901,8 @@ class Simulation:
     def pod_log(self, namespace: str, name: str, previous: bool = False) -> list[str] | None:
         state = self.pods.get((namespace, name))
         if state is None:
-            return None
+            logs = self.workload_logs.get((namespace, name))
+            return None if logs is None or previous else list(logs)
         return list(state.previous_log if previous else state.log)
 
     def _event(self, obj: dict[str, Any], reason: str, message: str, kind: str, component: str) -> None:

@@ -1,0 +1,124 @@
+# Copyright (c) kubegpu.node contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# The filters kubegpu.node.gpu_labels (the node labels GPU feature discovery would set, from the nvidia_driver role's
+# facts) and kubegpu.node.gpu_validation_table (site.yml's per-node result table). Documentation: gpu_labels.yml and
+# gpu_validation_table.yml next to this file. Pure: site.yml reads the facts and talks to the API.
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+PREFIX = "nvidia.com/"
+# GPU feature discovery's family names by compute capability (major, minor); the first entry that matches wins.
+_FAMILIES: tuple[tuple[int, int | None, str], ...] = (
+    (1, None, "tesla"),
+    (2, None, "fermi"),
+    (3, None, "kepler"),
+    (5, None, "maxwell"),
+    (6, None, "pascal"),
+    (7, 0, "volta"),
+    (7, 2, "volta"),
+    (7, 5, "turing"),
+    (8, 9, "ada-lovelace"),
+    (8, None, "ampere"),
+    (9, None, "hopper"),
+    (10, None, "blackwell"),
+    (12, None, "blackwell"),
+)
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def label_value(text: Any) -> str:
+    """A string as a valid label value: spaces become '-' (as GPU feature discovery writes the product), other
+    characters a label value cannot hold are dropped, at most 63 characters, alphanumeric at both ends."""
+    value = _LABEL_VALUE_BAD.sub("", str(text).strip().replace(" ", "-"))[:63]
+    return value.strip("-_.")
+
+
+def gpu_family(major: int, minor: int) -> str:
+    for want_major, want_minor, name in _FAMILIES:
+        if major == want_major and (want_minor is None or minor == want_minor):
+            return name
+    return "undefined"
+
+
+def _version_parts(version: str) -> list[str]:
+    return [p for p in re.split(r"[.]", version.strip()) if p]
+
+
+def _first(mapping: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if mapping.get(key) not in (None, ""):
+            return mapping[key]
+    return None
+
+
+def gpu_labels(facts: Any) -> dict[str, str]:
+    """The labels for one node from ``ansible_local.nvidia``; ``{}`` when the facts show no GPU.
+
+    Reads ``gpus`` (a list of ``index``, ``name``, ``uuid``, ``memory_total_mib``, ``compute_capability``; the first
+    GPU describes the node, as GPU feature discovery does), ``pci_gpus.count`` when the driver is not loaded,
+    ``driver.loaded_version`` (else ``driver.installed_version``) and ``cuda_version``.
+    """
+    if facts in (None, ""):
+        return {}
+    if not isinstance(facts, dict):
+        raise AnsibleFilterError(f"gpu_labels expects the nvidia facts as a dict, not {type(facts).__name__}")
+    gpus = facts.get("gpus") or []
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        raise AnsibleFilterError("gpu_labels: the facts' gpus must be a list of dicts (one per GPU)")
+    pci = facts.get("pci_gpus") or {}
+    count = len(gpus) or int((pci.get("count") if isinstance(pci, dict) else 0) or 0)
+    if count == 0:
+        return {}
+    labels = {f"{PREFIX}gpu.present": "true", f"{PREFIX}gpu.count": str(count)}
+    first = sorted(gpus, key=lambda g: int(g.get("index", 0) or 0))[0] if gpus else {}
+    if first.get("name"):
+        labels[f"{PREFIX}gpu.product"] = label_value(first["name"])
+    memory = _first(first, "memory_total_mib", "memory_mib")
+    whole_mib = str(memory).split(".", maxsplit=1)[0]
+    if memory is not None and whole_mib.isdigit():
+        labels[f"{PREFIX}gpu.memory"] = whole_mib
+    capability = str(first.get("compute_capability") or "")
+    if re.fullmatch(r"\d+\.\d+", capability):
+        major, minor = (int(p) for p in capability.split("."))
+        labels[f"{PREFIX}gpu.compute.major"] = str(major)
+        labels[f"{PREFIX}gpu.compute.minor"] = str(minor)
+        labels[f"{PREFIX}gpu.family"] = gpu_family(major, minor)
+    driver = facts.get("driver") or {}
+    version = str(_first(driver, "loaded_version", "installed_version") or "") if isinstance(driver, dict) else ""
+    parts = _version_parts(version)
+    if len(parts) >= 2 and all(p.isdigit() for p in parts):
+        labels[f"{PREFIX}cuda.driver-version.full"] = label_value(version)
+        labels[f"{PREFIX}cuda.driver-version.major"] = parts[0]
+        labels[f"{PREFIX}cuda.driver-version.minor"] = parts[1]
+        if len(parts) > 2:
+            labels[f"{PREFIX}cuda.driver-version.revision"] = parts[2]
+    cuda = str(facts.get("cuda_version") or "")
+    cuda_parts = _version_parts(cuda)
+    if len(cuda_parts) >= 2 and all(p.isdigit() for p in cuda_parts):
+        labels[f"{PREFIX}cuda.runtime-version.full"] = label_value(cuda)
+        labels[f"{PREFIX}cuda.runtime-version.major"] = cuda_parts[0]
+        labels[f"{PREFIX}cuda.runtime-version.minor"] = cuda_parts[1]
+    return labels
+
+
+def gpu_validation_table(rows: Any, columns: Any = None) -> list[str]:
+    """Rows (dicts) as aligned text lines, a header first; ``columns`` picks and orders the keys (default: all)."""
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise AnsibleFilterError("gpu_validation_table expects a list of dicts")
+    keys = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[k.upper() for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(keys))]
+    return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells]
+
+
+class FilterModule:
+    """kubegpu.node GPU node filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"gpu_labels": gpu_labels, "gpu_validation_table": gpu_validation_table}
