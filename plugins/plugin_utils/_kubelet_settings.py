@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates as kg
 
 GATES_FLAG = "--feature-gates"
@@ -204,7 +203,9 @@ def edit_flag_gates(args: list[str], set_gates: dict[str, bool], drop: set[str],
             gates.update(pending)
             pending = {}
         if gates:
-            out.extend([GATES_FLAG, render_gate_list(gates)] if separate else [f"{GATES_FLAG}={render_gate_list(gates)}"])
+            out.extend(
+                [GATES_FLAG, render_gate_list(gates)] if separate else [f"{GATES_FLAG}={render_gate_list(gates)}"]
+            )
     if pending:
         out.append(f"{GATES_FLAG}={render_gate_list(pending)}")
     return out
@@ -219,7 +220,9 @@ def load_config(text: str, path: str) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise PlanError(f"{path} is not valid YAML ({exc}); the kubelet could not read it either. Nothing changed")
+        raise PlanError(
+            f"{path} is not valid YAML ({exc}); the kubelet could not read it either. Nothing changed"
+        ) from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -435,9 +438,7 @@ def decide(
         if stage is None:
             gone = kg.removal(table, name, version)
             decision.drop[name] = (
-                f"removed in Kubernetes {_version(gone.since)} ({gone.source})"
-                if gone
-                else f"unknown to kubelet {v}"
+                f"removed in Kubernetes {_version(gone.since)} ({gone.source})" if gone else f"unknown to kubelet {v}"
             )
         elif stage.default == value:
             decision.drop[name] = (

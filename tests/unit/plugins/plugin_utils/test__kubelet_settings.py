@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates as kg
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_settings as ks
 
@@ -100,7 +99,9 @@ def test_unit_parsing():
 def test_1_8_with_flags_only_gets_device_plugins_in_extra_args():
     show = KUBEADM_SHOW.replace("KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml", "")
     planned = run_plan((1, 8), show=show)
-    assert planned.files == [{"path": DEFAULT_ENV, "content": 'KUBELET_EXTRA_ARGS="--feature-gates=DevicePlugins=true"\n'}]
+    assert planned.files == [
+        {"path": DEFAULT_ENV, "content": 'KUBELET_EXTRA_ARGS="--feature-gates=DevicePlugins=true"\n'}
+    ]
     assert planned.before == {} and planned.after == {"DevicePlugins": True}
 
 
@@ -116,7 +117,10 @@ def test_1_10_leaves_a_node_without_the_gate_alone():
 
 
 def test_1_30_takes_the_removed_gate_out_of_file_and_flag():
-    env = {DEFAULT_ENV: "# local\nKUBELET_EXTRA_ARGS=--node-labels=gpu=true --feature-gates=DevicePlugins=true,Accelerators=true\n"}
+    env = {
+        DEFAULT_ENV: "# local\nKUBELET_EXTRA_ARGS=--node-labels=gpu=true"
+        " --feature-gates=DevicePlugins=true,Accelerators=true\n"
+    }
     planned = run_plan((1, 30), env=env, config=KUBEADM_CONFIG)
     by_path = {f["path"]: f["content"] for f in planned.files}
     assert by_path[DEFAULT_ENV] == "# local\nKUBELET_EXTRA_ARGS=--node-labels=gpu=true\n"
@@ -136,7 +140,10 @@ def test_a_feature_gates_block_left_empty_goes():
 def test_flow_style_gates_are_rewritten_whole_with_a_warning():
     config = "kind: KubeletConfiguration\nfeatureGates: {DevicePlugins: true, Foo: false}\n"
     planned = run_plan((1, 28), config=config)
-    assert yaml.safe_load(planned.files[0]["content"]) == {"kind": "KubeletConfiguration", "featureGates": {"Foo": False}}
+    assert yaml.safe_load(planned.files[0]["content"]) == {
+        "kind": "KubeletConfiguration",
+        "featureGates": {"Foo": False},
+    }
     assert any("written out again whole" in w for w in planned.warnings)
 
 
@@ -156,7 +163,9 @@ def test_1_8_existing_false_flag_is_turned_true_where_it_is():
     env = {FLAGS_ENV: 'KUBELET_KUBEADM_ARGS="--feature-gates=DevicePlugins=false"\n'}
     show = KUBEADM_SHOW.replace("KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml", "")
     planned = run_plan((1, 8), env=env, show=show)
-    assert planned.files == [{"path": FLAGS_ENV, "content": 'KUBELET_KUBEADM_ARGS="--feature-gates=DevicePlugins=true"\n'}]
+    assert planned.files == [
+        {"path": FLAGS_ENV, "content": 'KUBELET_KUBEADM_ARGS="--feature-gates=DevicePlugins=true"\n'}
+    ]
 
 
 def test_file_and_flag_both_carry_it_on_1_9_and_both_agree_after():
@@ -219,7 +228,9 @@ def test_user_gate_from_an_extended_table_is_written():
 
 
 def test_cdi_gate_only_on_1_28():
-    assert run_plan((1, 28), config="", managed={"DevicePluginCDIDevices": True}).after == {"DevicePluginCDIDevices": True}
+    assert run_plan((1, 28), config="", managed={"DevicePluginCDIDevices": True}).after == {
+        "DevicePluginCDIDevices": True
+    }
     assert run_plan((1, 29), config="", managed={"DevicePluginCDIDevices": True}).files == []
 
 
