@@ -408,7 +408,7 @@ def decide(
         if stage is None:
             gone = kg.removal(table, name, version)
             if gone:
-                refused.append(f"{name} was removed in Kubernetes {_version(gone.since)} ({gone.source})")
+                refused.append(f"{name} was removed in Kubernetes {_version(gone.since)} (source: {gone.source})")
             elif name in table:
                 first = table[name][0]
                 refused.append(f"{name} does not exist yet in kubelet {v} (added in {_version(first.since)})")
@@ -418,7 +418,7 @@ def decide(
                 )
         elif stage.locked and value != stage.default:
             refused.append(
-                f"{name} is locked to {str(stage.default).lower()} in kubelet {v} ({stage.source}); "
+                f"{name} is locked to {str(stage.default).lower()} in kubelet {v} (source: {stage.source}); "
                 f"it cannot be set to {str(value).lower()}"
             )
         elif stage.locked:
@@ -438,7 +438,9 @@ def decide(
         if stage is None:
             gone = kg.removal(table, name, version)
             decision.drop[name] = (
-                f"removed in Kubernetes {_version(gone.since)} ({gone.source})" if gone else f"unknown to kubelet {v}"
+                f"removed in Kubernetes {_version(gone.since)}; source: {gone.source}"
+                if gone
+                else f"unknown to kubelet {v}"
             )
         elif stage.default == value:
             decision.drop[name] = (
@@ -454,7 +456,9 @@ def decide(
         if stage is None and name in table:
             gone = kg.removal(table, name, version)
             decision.drop[name] = (
-                f"removed in Kubernetes {_version(gone.since)} ({gone.source})" if gone else f"unknown to kubelet {v}"
+                f"removed in Kubernetes {_version(gone.since)}; source: {gone.source}"
+                if gone
+                else f"unknown to kubelet {v}"
             )
         elif stage is not None and stage.locked and value != stage.default:
             decision.drop[name] = f"locked to {str(stage.default).lower()} in kubelet {v}: the kubelet refuses it"
