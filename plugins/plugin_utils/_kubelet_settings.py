@@ -540,7 +540,9 @@ def plan(
         wanted = new_gates(dropins[path], {})
         if wanted != dropins[path]:
             text, rewritten = set_config_gates(dropin_texts[path], path, wanted)
-            files.append({"path": path, "content": text})
+            # A drop-in that no longer sets anything goes (the kubelet would read an empty configuration from it).
+            left = {k: v for k, v in load_config(text, path).items() if k not in ("apiVersion", "kind")}
+            files.append({"path": path, "content": text if left else None})
             if rewritten:
                 warnings.append(f"{path} was written out again whole (its featureGates are not a plain block)")
 

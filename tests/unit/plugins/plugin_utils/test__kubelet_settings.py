@@ -183,9 +183,14 @@ def test_dropins_are_read_and_edited():
         "KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml",
         '"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml --config-dir=/etc/kubernetes/kubelet.conf.d"',
     )
-    dropins = {"/etc/kubernetes/kubelet.conf.d/50-gpu.conf": "featureGates:\n  DevicePlugins: true\n"}
+    dropins = {
+        "/etc/kubernetes/kubelet.conf.d/50-gpu.conf": "apiVersion: kubelet.config.k8s.io/v1beta1\n"
+        "kind: KubeletConfiguration\nfeatureGates:\n  DevicePlugins: true\n",
+        "/etc/kubernetes/kubelet.conf.d/60-other.conf": "featureGates:\n  DevicePlugins: true\nmaxPods: 50\n",
+    }
     planned = run_plan((1, 30), show=show, config="kind: KubeletConfiguration\n", dropins=dropins)
-    assert planned.files == [{"path": "/etc/kubernetes/kubelet.conf.d/50-gpu.conf", "content": ""}]
+    assert planned.files[1] == {"path": "/etc/kubernetes/kubelet.conf.d/60-other.conf", "content": "maxPods: 50\n"}
+    assert planned.files[:1] == [{"path": "/etc/kubernetes/kubelet.conf.d/50-gpu.conf", "content": None}]
     assert planned.before == {"DevicePlugins": True} and planned.after == {}
 
 
