@@ -67,7 +67,7 @@ def parse_unit(show: str) -> Unit:
     environment: dict[str, str] = {}
     env_files: list[str] = []
     for line in show.splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key == "ExecStart" and value.strip():
             match = re.search(r"argv\[\]=(.*?) ; ", value)
             if not match:
