@@ -1,0 +1,110 @@
+# Copyright: contributors to the kubegpu.node collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Test helper run on the molecule nodes (Python 3.8+), one command per step to keep the scenario fast.
+
+seed CASE_JSON   put the node in the state a case describes: the kubelet version, kubeadm's drop-in for the style
+                 (flags: no config file, as before kubeadm 1.10; kubeadm; configdir: also --config-dir), the files,
+                 and start the kubelet through systemd (it stays down when its files hold a gate its version refuses)
+observe          print what a user would look at, as JSON: systemd's word, /healthz, what the (stand-in) kubelet runs
+                 with, and the SHA-1 of every file the kubelet reads ("absent" for a missing one)
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+DROPIN_TEMPLATE = "/usr/lib/kubelet-standin/10-kubeadm.conf"
+DROPIN = "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"
+STATE = "/run/kubelet-standin/state.json"
+FILES = {
+    "config": "/var/lib/kubelet/config.yaml",
+    "kubeadm_args": "/var/lib/kubelet/kubeadm-flags.env",
+    "extra_args": "/etc/default/kubelet",
+    "dropin": "/etc/kubernetes/kubelet.conf.d/50-gpu.conf",
+    "marker": "/opt/kops/conf/kube_env.yaml",
+}
+CONFIG_ARGS = {
+    "flags": "",
+    "kubeadm": "--config=/var/lib/kubelet/config.yaml",
+    "configdir": "--config=/var/lib/kubelet/config.yaml --config-dir=/etc/kubernetes/kubelet.conf.d",
+}
+DEFAULT_KUBEADM_ARGS = "--container-runtime-endpoint=unix:///run/containerd/containerd.sock"
+
+
+def systemctl(*args):
+    subprocess.run(["systemctl", *args], check=True)
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if text is None:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, 0o644)
+
+
+def healthz():
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=2) as answer:
+            return f"{answer.status} {answer.read().decode()}"
+    except OSError as exc:
+        return f"-1 {exc}"
+
+
+def seed(case):
+    systemctl("stop", "kubelet")
+    if os.path.exists(STATE):
+        os.remove(STATE)
+    write("/etc/kubelet-standin/version", case["version"] + "\n")
+    with open(DROPIN_TEMPLATE, encoding="utf-8") as handle:
+        template = handle.read()
+    write(
+        DROPIN,
+        template.replace(
+            "KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml",
+            "KUBELET_CONFIG_ARGS=" + CONFIG_ARGS[case["style"]],
+        ),
+    )
+    write(FILES["config"], case.get("config"))
+    write(FILES["kubeadm_args"], f'KUBELET_KUBEADM_ARGS="{case.get("kubeadm_args", DEFAULT_KUBEADM_ARGS)}"\n')
+    extra = case.get("extra_args")
+    write(FILES["extra_args"], None if extra is None else f"KUBELET_EXTRA_ARGS={extra}\n")
+    write(FILES["dropin"], case.get("dropin"))
+    write(FILES["marker"], "ClusterName: gpu.example.org\n" if case.get("marker") else None)
+    systemctl("daemon-reload")
+    systemctl("reset-failed", "kubelet")
+    systemctl("start", "kubelet")
+    for _attempt in range(10):  # a kubelet that starts answers within a second or two
+        if healthz().startswith("200"):
+            break
+        time.sleep(1)
+
+
+def observe():
+    active = subprocess.run(["systemctl", "is-active", "kubelet"], stdout=subprocess.PIPE, check=False)
+    state = {}
+    if os.path.exists(STATE):
+        with open(STATE, encoding="utf-8") as handle:
+            state = json.load(handle)
+    sums = {}
+    for name, path in FILES.items():
+        if os.path.exists(path):
+            with open(path, "rb") as handle:
+                sums[name] = hashlib.sha1(handle.read()).hexdigest()
+        else:
+            sums[name] = "absent"
+    print(json.dumps({"active": active.stdout.decode().strip(), "healthz": healthz(), "state": state, "sums": sums}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "seed":
+        seed(json.loads(sys.argv[2]))
+    else:
+        observe()

@@ -1,0 +1,165 @@
+#!/usr/bin/python
+# Copyright: contributors to the kubegpu.node collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Documentation only: kubegpu.node.kubelet_feature_gates is an action plugin (plugins/action/kubelet_feature_gates.py)
+# that runs on the controller and reads the node through builtin modules.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: kubelet_feature_gates
+short_description: Plan the kubelet's feature gates for its version, wherever this node's kubelet reads them
+version_added: 0.3.0
+description:
+  - Reads the kubelet's version (C(kubelet --version)) and where its systemd unit takes its settings from (the
+    C(ExecStart) variables and the environment files that define them, such as kubeadm's
+    C(/var/lib/kubelet/kubeadm-flags.env) and C(KUBELET_EXTRA_ARGS) in C(/etc/default/kubelet) or
+    C(/etc/sysconfig/kubelet); the C(--config) file, such as kubeadm's C(/var/lib/kubelet/config.yaml); and the
+    C(--config-dir) drop-ins from kubelet 1.28).
+  - Decides, from a table of what each kubelet minor release knows (stage, default, lock, and the Kubernetes change
+    that says so), which gates to write and which to take out. A gate the kubelet would refuse (unknown, removed, or
+    locked to the other value) is never written; the gates this collection manages are written only where they are
+    off by default, and taken out wherever they are redundant or would stop the kubelet at its next upgrade.
+  - Flags override the config file, so every place that names a gate gets the same value. A gate that no file names
+    yet goes into the config file, or into the flags when the kubelet has none.
+  - Returns the new text of each file to change (for M(kubegpu.node.service_config)); it changes nothing itself.
+  - Fails before any change for a gate the user asked for that this kubelet would refuse, and for a node whose
+    kubelet settings a provisioner regenerates (kops nodeup, EKS nodeadm), saying what to change at the source.
+  - Parses every format on the controller; the node needs only what ansible-core's builtin modules need.
+author:
+  - kubegpu.node maintainers (@kubegpu)
+attributes:
+  action:
+    support: full
+    description: Runs as an action plugin on the controller.
+  check_mode:
+    support: full
+    description: It only reads; it runs the same in check mode.
+  diff_mode:
+    support: none
+    description: The files are shown by M(kubegpu.node.service_config), which writes them.
+  idempotent:
+    support: full
+    description: Planning a second time against the files it planned returns no file.
+options:
+  device_plugins:
+    description: Make sure the kubelet runs with device plugins (C(DevicePlugins)) on; written only in 1.8 and 1.9.
+    type: bool
+    default: true
+  cdi_devices:
+    description: Make sure C(DevicePluginCDIDevices) is on; written only in 1.28, where it is off by default.
+    type: bool
+    default: false
+  feature_gates:
+    description:
+      - More gates, name to true or false, written as asked where this kubelet accepts them.
+      - A gate this kubelet does not know, or one locked to the other value, fails the task before any change.
+    type: dict
+    default: {}
+  gate_table:
+    description:
+      - Gates to add to (or replace in) the built-in table, name to a list of stages, each with C(since) (minor
+        release such as V('1.30')), C(stage) (alpha, beta, ga, deprecated, removed), C(default), C(locked) and
+        C(source).
+    type: dict
+    default: {}
+  service:
+    description: The kubelet's systemd unit.
+    type: str
+    default: kubelet.service
+  binary:
+    description: The kubelet binary asked for its version.
+    type: str
+    default: kubelet
+  default_env_file:
+    description:
+      - The environment file that takes C(KUBELET_EXTRA_ARGS) when the kubelet has no config file and none of its
+        files carries C(--feature-gates) yet (C(/etc/sysconfig/kubelet) on the RHEL family).
+    type: path
+    default: /etc/default/kubelet
+  provisioners:
+    description: Provisioners that regenerate the kubelet's settings, each known by a file on the node.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The provisioner, for the message.
+        type: str
+        required: true
+      marker:
+        description: A path whose existence means that the provisioner owns this node.
+        type: path
+        required: true
+      setting:
+        description: Where to change the feature gates at the source, for the message.
+        type: str
+        required: true
+  allow_provisioned_edit:
+    description: Plan the files of a provisioner-owned node anyway (a later provisioner run may undo it).
+    type: bool
+    default: false
+notes:
+  - The gate table is in C(plugins/plugin_utils/_kubelet_gates.py), each entry with its source.
+seealso:
+  - module: kubegpu.node.service_config
+"""
+
+EXAMPLES = r"""
+- name: Plan the kubelet's feature gates
+  kubegpu.node.kubelet_feature_gates:
+    device_plugins: true
+    feature_gates:
+      KubeletPodResourcesGet: true
+    gate_table:
+      KubeletPodResourcesGet:
+        - {since: "1.27", stage: alpha, default: false, locked: false, source: "kubernetes v1.27.0 CHANGELOG"}
+  register: gates
+
+- name: Write them, restart the kubelet, roll back if it does not answer
+  kubegpu.node.service_config:
+    service: kubelet
+    files: "{{ gates.files }}"
+    verify:
+      url: http://127.0.0.1:10248/healthz
+"""
+
+RETURN = r"""
+version:
+  description: The kubelet's minor release.
+  returned: success
+  type: str
+  sample: "1.30"
+files:
+  description: The files to change, as M(kubegpu.node.service_config) takes them (C(path), C(content)); empty when
+    the settings are already right.
+  returned: success
+  type: list
+  elements: dict
+before:
+  description: The feature gates the kubelet runs with now (config file, then drop-ins, then flags).
+  returned: success
+  type: dict
+after:
+  description: The feature gates it runs with once the files are written.
+  returned: success
+  type: dict
+removed:
+  description: The gates taken out, each with the reason.
+  returned: success
+  type: dict
+config_file:
+  description: The kubelet's C(--config) file, if any.
+  returned: success
+  type: str
+config_dir:
+  description: The kubelet's C(--config-dir), if any.
+  returned: success
+  type: str
+provisioner:
+  description: The provisioner found to own this node, if any.
+  returned: success
+  type: str
+"""
