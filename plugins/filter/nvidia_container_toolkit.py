@@ -169,10 +169,13 @@ def debian_version_compare(a: str, b: str) -> int:
 
 
 def _parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
-    """Lines "PACKAGE<TAB>VERSION<TAB>STATUS" (dpkg-query -W -f '${Package}\\t${Version}\\t${Status}\\n')."""
+    """Lines "PACKAGE|VERSION|STATUS" (dpkg-query -W -f '${Package}|${Version}|${Status}\\n'; tabs work too).
+
+    The version is empty for a package dpkg knows but that is not installed.
+    """
     result = {}
     for line in text.splitlines():
-        parts = line.split("\t")
+        parts = line.split("\t" if "\t" in line else "|")
         if len(parts) == 3 and parts[0]:
             want, _, state = ([*parts[2].split(), "", "", ""])[:3]
             result[parts[0]] = {"version": parts[1], "want": want, "state": state}

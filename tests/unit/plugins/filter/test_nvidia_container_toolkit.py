@@ -132,6 +132,13 @@ def test_half_installed_and_config_files_are_not_installed():
     assert plan["change"] == PACKAGES
 
 
+def test_known_but_not_installed_has_no_version():
+    text = "nvidia-container-toolkit||deinstall ok not-installed\nlibnvidia-container1|1.18.2-1|install ok installed\n"
+    plan = toolkit_package_plan(text, PACKAGES, "1.18.2-1", "absent")
+    assert plan["installed"] == {"libnvidia-container1": "1.18.2-1"}
+    assert plan["to_remove"] == ["libnvidia-container1"]
+
+
 def test_absent_releases_holds_and_removes():
     plan = toolkit_package_plan(
         dpkg(dict.fromkeys(PACKAGES, "1.18.2-1"), ("libnvidia-container1",)), PACKAGES, "x", "absent"
