@@ -155,7 +155,7 @@ def _split_version(version: str) -> tuple[int, str, str]:
     if ":" in version:
         head, version = version.split(":", 1)
         epoch = int(head)
-    upstream, _, revision = version.rpartition("-") if "-" in version else (version, "", "0")
+    upstream, _dash, revision = version.rpartition("-") if "-" in version else (version, "", "0")
     return epoch, upstream, revision or "0"
 
 
@@ -177,7 +177,7 @@ def _parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
     for line in text.splitlines():
         parts = line.split("\t" if "\t" in line else "|")
         if len(parts) == 3 and parts[0]:
-            want, _, state = ([*parts[2].split(), "", "", ""])[:3]
+            want, _flag, state = ([*parts[2].split(), "", "", ""])[:3]
             result[parts[0]] = {"version": parts[1], "want": want, "state": state}
     return result
 
@@ -295,7 +295,7 @@ def _without(doc: dict, settings: list[tuple[tuple[str, ...], str, Any]]) -> dic
     import copy
 
     result = copy.deepcopy(doc)
-    for table, key, _ in settings:
+    for table, key, _value in settings:
         node = result
         for part in table:
             node = node.get(part, {}) if isinstance(node, dict) else {}

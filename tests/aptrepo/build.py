@@ -110,7 +110,7 @@ def expand_packages(spec: dict[str, Any]) -> list[dict[str, Any]]:
 def control_text(package: dict[str, Any], installed_kb: int) -> str:
     name, version = package["name"], package["version"]
     description = substitute(package.get("description") or f"stand-in {name} (tests only)", name, version)
-    summary, _, rest = description.strip().partition("\n")
+    summary, _newline, rest = description.strip().partition("\n")
     lines = [
         f"Package: {name}",
         f"Version: {version}",

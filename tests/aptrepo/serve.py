@@ -65,7 +65,7 @@ def stop(state: Path) -> bool:
     if not _alive(pid):
         return False
     os.kill(pid, signal.SIGTERM)
-    for _ in range(50):
+    for _attempt in range(50):
         if not _alive(pid):
             break
         time.sleep(0.1)
@@ -88,7 +88,7 @@ def start(root: Path, bind: str, state: Path, lifetime: float) -> dict[str, obje
         env=env,
         start_new_session=True,
     )
-    for _ in range(100):
+    for _attempt in range(100):
         if (state / "server.json").exists():
             return json.loads((state / "server.json").read_text(encoding="utf-8"))
         if process.poll() is not None:

@@ -59,7 +59,7 @@ def _gpgv(keyring_asc: Path, inrelease: Path, tmp: Path) -> subprocess.Completed
 
 
 def test_packages_index_lists_each_version_in_its_repository(built: tuple[Path, dict[str, str]]) -> None:
-    out, _ = built
+    out = built[0]
     stable = (out / "good/stable/deb/amd64/Packages").read_text(encoding="utf-8")
     experimental = (out / "good/experimental/deb/amd64/Packages").read_text(encoding="utf-8")
     assert stable.count("Package: demo-lib\n") == 2
@@ -69,7 +69,7 @@ def test_packages_index_lists_each_version_in_its_repository(built: tuple[Path, 
 
 
 def test_file_contents_versions_and_ranges(built: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
-    out, _ = built
+    out = built[0]
     for version, has_new in (("1.0.0-1", False), ("1.1.0-1", True)):
         dest = tmp_path / version
         subprocess.run(["dpkg-deb", "-x", str(out / f"debs/demo-lib_{version}_amd64.deb"), str(dest)], check=True)
@@ -93,7 +93,7 @@ def test_good_tree_verifies_with_the_published_key_only(built: tuple[Path, dict[
 def test_wrong_key_tree_publishes_the_good_key_but_is_signed_with_another(
     built: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
-    out, _ = built
+    out = built[0]
     assert (out / "wrong-key/keys/gpgkey").read_bytes() == (out / "good.asc").read_bytes()
     inrelease = out / "wrong-key/stable/deb/amd64/InRelease"
     assert _gpgv(out / "good.asc", inrelease, tmp_path).returncode != 0
@@ -111,7 +111,7 @@ def test_spec_errors_are_reported() -> None:
 
 
 def test_server_serves_logs_and_stops(built: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
-    out, _ = built
+    out = built[0]
     state = tmp_path / "state"
     info = serve.start(out, "127.0.0.1", state, 60)
     try:
