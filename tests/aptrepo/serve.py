@@ -42,8 +42,11 @@ def run_server(root: Path, bind: str, state: Path, lifetime: float) -> None:
     tmp = state / "server.json.tmp"
     tmp.write_text(json.dumps(info) + "\n", encoding="utf-8")
     tmp.replace(state / "server.json")
-    threading.Timer(lifetime, server.shutdown).start()
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    # Daemon threads: once serve_forever returns (lifetime over, or SIGTERM), nothing keeps the process alive.
+    timer = threading.Timer(lifetime, server.shutdown)
+    timer.daemon = True
+    timer.start()
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     server.serve_forever()
 
 
@@ -67,8 +70,9 @@ def stop(state: Path) -> bool:
     os.kill(pid, signal.SIGTERM)
     for _attempt in range(50):
         if not _alive(pid):
-            break
+            return True
         time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
     return True
 
 

@@ -121,4 +121,8 @@ def test_server_serves_logs_and_stops(built: tuple[Path, dict[str, str]], tmp_pa
         assert "GET /current/stable/deb/amd64/InRelease 200" in (state / "requests.log").read_text(encoding="utf-8")
     finally:
         assert serve.stop(state) is True
+    # The process itself is gone at once, not only after its lifetime.
+    assert (
+        not Path(f"/proc/{info['pid']}").exists() or b"aptrepo" not in Path(f"/proc/{info['pid']}/cmdline").read_bytes()
+    )
     assert serve.stop(state) is False
