@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import re
 from typing import Any
@@ -26,6 +27,25 @@ NVIDIA_PCI_VENDOR = "0x10de"
 CUDA_UNVERSIONED_FROM = 590
 CUDA_PINNING_FROM = 580
 DEBIAN_GSP_FIRMWARE_FROM = 525
+
+# The driver's packages in Debian, Ubuntu and NVIDIA's repository (all built from the driver and versioned with it).
+DRIVER_PACKAGES_PATTERN = (
+    "/^(nvidia-|libnvidia-|libcuda|cuda-drivers|firmware-nvidia|xserver-xorg-video-nvidia|libxnvctrl)/"
+)
+# The PCI device ids of NVIDIA GPU generations, by their first two hex digits (a coarse map: it only feeds warnings).
+GPU_GENERATIONS = {
+    "13": "Maxwell", "14": "Maxwell", "17": "Maxwell",
+    "15": "Pascal", "1b": "Pascal", "1c": "Pascal",
+    "1e": "Turing", "1f": "Turing", "21": "Turing",
+    "20": "Ampere", "22": "Ampere", "24": "Ampere", "25": "Ampere",
+    "23": "Hopper",
+    "26": "Ada", "27": "Ada", "28": "Ada",
+    "29": "Blackwell", "2b": "Blackwell", "2c": "Blackwell", "2d": "Blackwell", "2f": "Blackwell",
+}  # fmt: skip
+GENERATIONS_BEFORE_TURING = ("Maxwell", "Pascal", "Volta")
+# 580 is the last branch for Maxwell, Pascal and Volta; Blackwell needs 570 or later and the open modules.
+LAST_BRANCH_BEFORE_TURING = 580
+FIRST_BRANCH_FOR_BLACKWELL = 570
 
 _VERSION_PART = re.compile(r"(\d+)|([^\d]+)")
 
@@ -107,6 +127,47 @@ def nvidia_driver_candidate(package_versions: list[str] | str, branch: str | int
     if not matching:
         return ""
     return max(matching, key=lambda v: version_key(upstream_version(v)))
+
+
+def nvidia_driver_madison(text: str) -> dict[str, list[str]]:
+    """'package|version' lines (the role's probe of a source, from apt-cache madison) as {package: [versions]}."""
+    offered: dict[str, list[str]] = {}
+    for line in str(text or "").splitlines():
+        package, sep, version = line.strip().partition("|")
+        if sep and package and version:
+            versions = offered.setdefault(package, [])
+            if version not in versions:
+                versions.append(version)
+    return offered
+
+
+def nvidia_driver_pinned(
+    packages: list[str], offered: dict[str, list[str]], branch: str | int, exact: str | None = None
+) -> list[str]:
+    """Each package as apt installs it: 'name=version' at the branch's (or the exact) version where the source offers
+    one in the branch, the bare name otherwise (packages versioned apart from the driver, such as nvidia-persistenced
+    on Debian, or extra packages)."""
+    pinned: list[str] = []
+    for name in dict.fromkeys(packages):
+        versions = offered.get(name, [])
+        candidate = nvidia_driver_candidate(versions, branch, exact) or nvidia_driver_candidate(versions, branch)
+        pinned.append(f"{name}={candidate}" if candidate else name)
+    return pinned
+
+
+def nvidia_driver_preferences(branch: str | int, exact: str | None = None) -> str:
+    """An apt preferences file that keeps every driver package at the branch (or the exact version): without it apt
+    resolves the driver's exact-version dependencies (nvidia-alternative, libnvidia-*) to the newest version and
+    refuses, or pulls a newer branch in. Packages versioned apart from the driver do not match and keep their
+    priority."""
+    version = f"{upstream_version(exact)}*" if exact else f"{branch}.*"
+    return (
+        "# Written by kubegpu.node.nvidia_driver: apt keeps the NVIDIA driver at this version, whatever newer the\n"
+        "# sources offer.\n"
+        f"Package: {DRIVER_PACKAGES_PATTERN}\n"
+        f"Pin: version {version}\n"
+        "Pin-Priority: 1001\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -279,6 +340,50 @@ def nvidia_pci_gpus(text: str) -> list[dict[str, str]]:
     return sorted(gpus, key=lambda g: g["pci_bus_id"])
 
 
+def gpu_generation(device_id: str) -> str:
+    """The generation of a GPU from its PCI device id ('10de:1db4' -> 'Volta'); '' when not known."""
+    device = device_id.lower().rsplit(":", 1)[-1].removeprefix("0x")
+    if len(device) != 4:
+        return ""
+    if device[:2] == "1d":
+        return "Volta" if device[2] in "89abcdef" else "Pascal"
+    return GPU_GENERATIONS.get(device[:2], "")
+
+
+def nvidia_driver_gpu_support(pci_gpus: list[dict[str, str]], branch: str | int, flavour: str) -> list[str]:
+    """Warnings for GPUs on the PCI bus that the branch or the kernel module flavour may not drive."""
+    warnings: list[str] = []
+    number = int(branch)
+    by_generation: dict[str, list[str]] = {}
+    for gpu in pci_gpus:
+        by_generation.setdefault(gpu_generation(gpu["device_id"]), []).append(gpu["device_id"])
+    for generation, ids in sorted(by_generation.items()):
+        devices = f"{generation} GPUs ({', '.join(sorted(set(ids)))})"
+        if generation in GENERATIONS_BEFORE_TURING and number > LAST_BRANCH_BEFORE_TURING:
+            warnings.append(
+                f"{devices}: branch {number} does not support them; {LAST_BRANCH_BEFORE_TURING} is the last."
+            )
+        if generation in GENERATIONS_BEFORE_TURING and flavour == "open":
+            warnings.append(f"{devices}: the open kernel modules need Turing or newer; use flavour proprietary.")
+        if generation == "Blackwell" and number < FIRST_BRANCH_FOR_BLACKWELL:
+            warnings.append(f"{devices}: branch {number} predates them; use {FIRST_BRANCH_FOR_BLACKWELL} or later.")
+        if generation == "Blackwell" and flavour != "open":
+            warnings.append(f"{devices}: they need the open kernel modules; use flavour open.")
+    return warnings
+
+
+def nvidia_secure_boot(content_b64: str) -> bool:
+    """Whether Secure Boot is on, from the EFI variable SecureBoot-8be4df61-... as slurp returns it (base64): 4 bytes
+    of attributes, then 1 when enabled."""
+    if not content_b64:
+        return False
+    try:
+        data = base64.b64decode(content_b64, validate=True)
+    except (ValueError, TypeError):
+        return False
+    return len(data) >= 5 and data[4] == 1
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The reboot decision
 # ---------------------------------------------------------------------------------------------------------------------
@@ -337,4 +442,10 @@ class FilterModule:
             "nvidia_driver_candidate": nvidia_driver_candidate,
             "nvidia_driver_kernels": nvidia_driver_kernels,
             "nvidia_driver_reboot": nvidia_driver_reboot,
+            "nvidia_driver_madison": nvidia_driver_madison,
+            "nvidia_driver_pinned": nvidia_driver_pinned,
+            "nvidia_driver_preferences": nvidia_driver_preferences,
+            "nvidia_driver_gpu_support": nvidia_driver_gpu_support,
+            "nvidia_secure_boot": nvidia_secure_boot,
+            "nvidia_driver_loaded": loaded_version,
         }

@@ -11,13 +11,19 @@ from ansible_collections.kubegpu.node.plugins.filter.nvidia_driver import (
     FilterModule,
     compare_versions,
     driver_branch,
+    gpu_generation,
     loaded_version,
     nvidia_driver_branches,
     nvidia_driver_candidate,
+    nvidia_driver_gpu_support,
     nvidia_driver_kernels,
+    nvidia_driver_madison,
     nvidia_driver_packages,
+    nvidia_driver_pinned,
+    nvidia_driver_preferences,
     nvidia_driver_reboot,
     nvidia_pci_gpus,
+    nvidia_secure_boot,
     nvidia_smi_gpus,
     upstream_version,
 )
@@ -28,7 +34,9 @@ PROC_PROPRIETARY = (
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed Jul 16 17:32:24 UTC 2025\n"
     "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1)\n"
 )
-PROC_OPEN = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)  Tue\n"
+PROC_OPEN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)  Tue\n"
+)
 
 
 def test_registered():
@@ -40,6 +48,12 @@ def test_registered():
         "nvidia_driver_candidate",
         "nvidia_driver_kernels",
         "nvidia_driver_reboot",
+        "nvidia_driver_madison",
+        "nvidia_driver_pinned",
+        "nvidia_driver_preferences",
+        "nvidia_driver_gpu_support",
+        "nvidia_secure_boot",
+        "nvidia_driver_loaded",
     }
 
 
@@ -287,3 +301,76 @@ def test_nouveau_loaded_needs_a_reboot_even_with_nothing_else_loaded():
 
 def test_nothing_built_for_the_next_boot_decides_nothing():
     assert nvidia_driver_reboot("", "535.261.03")["action"] == "none"
+
+
+# --- what a source offers, and what is installed from it ------------------------------------------------------------
+
+# The role's probe of Debian 12 (bookworm and bookworm-security), as "package|version" lines.
+BOOKWORM_PROBE = """nvidia-kernel-dkms|535.309.01-0+deb12u1
+nvidia-kernel-dkms|535.261.03-1
+libcuda1|535.309.01-0+deb12u1
+libcuda1|535.261.03-1
+nvidia-persistenced|535.171.04-1~deb12u1
+"""
+
+
+def test_madison_lines():
+    offered = nvidia_driver_madison(BOOKWORM_PROBE + "garbage\n")
+    assert offered["nvidia-kernel-dkms"] == ["535.309.01-0+deb12u1", "535.261.03-1"]
+    assert offered["nvidia-persistenced"] == ["535.171.04-1~deb12u1"]
+    assert set(offered) == {"nvidia-kernel-dkms", "libcuda1", "nvidia-persistenced"}
+
+
+def test_pinned_versions_follow_the_exact_version_and_leave_others_alone():
+    offered = nvidia_driver_madison(BOOKWORM_PROBE)
+    packages = ["nvidia-kernel-dkms", "libcuda1", "nvidia-persistenced", "nvidia-cuda-mps"]
+    assert nvidia_driver_pinned(packages, offered, "535", "535.261.03") == [
+        "nvidia-kernel-dkms=535.261.03-1",
+        "libcuda1=535.261.03-1",
+        "nvidia-persistenced=535.171.04-1~deb12u1",  # versioned apart: the newest of the branch
+        "nvidia-cuda-mps",  # not offered by the probe: apt picks
+    ]
+    assert nvidia_driver_pinned(packages[:1], offered, "535")[0] == "nvidia-kernel-dkms=535.309.01-0+deb12u1"
+
+
+def test_a_newer_branch_in_the_same_source_is_never_pinned():
+    offered = {"cuda-drivers-580": ["580.95.05-1"], "nvidia-driver-cuda": ["590.44.01-1", "580.95.05-1"]}
+    assert nvidia_driver_pinned(["nvidia-driver-cuda"], offered, "580") == ["nvidia-driver-cuda=580.95.05-1"]
+
+
+def test_preferences_pin_the_branch_or_the_version():
+    assert "Pin: version 535.*\n" in nvidia_driver_preferences("535")
+    text = nvidia_driver_preferences("535", "535.261.03-1")
+    assert "Pin: version 535.261.03*\n" in text and "Pin-Priority: 1001" in text
+    assert "Package: /^(nvidia-|libnvidia-|libcuda|cuda-drivers" in text
+
+
+# --- support warnings and Secure Boot --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("device_id", "generation"),
+    [("10de:1bb3", "Pascal"), ("10de:1db4", "Volta"), ("10de:1eb8", "Turing"), ("10de:20b2", "Ampere"),
+     ("10de:2330", "Hopper"), ("10de:2901", "Blackwell"), ("10de:0fff", "")],
+)  # fmt: skip
+def test_gpu_generation(device_id, generation):
+    assert gpu_generation(device_id) == generation
+
+
+def test_support_warnings_name_the_devices():
+    gpus = [{"pci_bus_id": "0000:86:00.0", "device_id": "10de:1bb3"}]  # Tesla P4
+    assert nvidia_driver_gpu_support(gpus, "580", "proprietary") == []
+    (warning,) = nvidia_driver_gpu_support(gpus, "590", "proprietary")
+    assert "Pascal GPUs (10de:1bb3)" in warning and "580 is the last" in warning
+    assert any("open kernel modules need Turing" in w for w in nvidia_driver_gpu_support(gpus, "580", "open"))
+    blackwell = [{"pci_bus_id": "0000:07:00.0", "device_id": "10de:2901"}]
+    assert len(nvidia_driver_gpu_support(blackwell, "550", "proprietary")) == 2
+    assert nvidia_driver_gpu_support(blackwell, "580", "open") == []
+
+
+@pytest.mark.parametrize(
+    ("content", "enabled"),
+    [("BgAAAAE=", True), ("BgAAAAA=", False), ("", False), ("not base64!", False), ("BgAA", False)],
+)
+def test_secure_boot_from_the_efi_variable(content, enabled):
+    assert nvidia_secure_boot(content) is enabled
