@@ -155,6 +155,46 @@ def nvidia_driver_pinned(
     return pinned
 
 
+def nvidia_driver_apt_source(
+    source: str,
+    codename: str = "",
+    debian_mirror: str = "http://deb.debian.org/debian",
+    security_mirror: str = "http://deb.debian.org/debian-security",
+    url: str = "",
+    suite: str = "/",
+    components: list[str] | None = None,
+    keyring: str = "@KEYRING@",
+) -> str:
+    """The deb822 package source: Debian's components that hold the driver (release, updates and security), or the
+    repository of sources cuda and mirror signed by `keyring` (a flat repository has suite '/' and no components)."""
+    _check_choice("source", source, SOURCES)
+    if source == "distribution":
+        stanzas = [
+            (debian_mirror, f"{codename} {codename}-updates"),
+            (security_mirror, f"{codename}-security"),
+        ]
+        return (
+            "# Written by kubegpu.node.nvidia_driver: the components Debian ships the NVIDIA driver in.\n"
+            + "\n".join(
+                f"Types: deb\nURIs: {uri}\nSuites: {suites}\nComponents: contrib non-free non-free-firmware\n"
+                "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+                for uri, suites in stanzas
+            )
+        )
+    if not url:
+        raise AnsibleFilterError(f"nvidia_driver_apt_source: source {source} needs the repository's URL")
+    lines = [
+        f"# Written by kubegpu.node.nvidia_driver: NVIDIA's driver packages ({source}).",
+        "Types: deb",
+        f"URIs: {url}",
+        f"Suites: {suite}",
+    ]
+    if components:
+        lines.append(f"Components: {' '.join(components)}")
+    lines.append(f"Signed-By: {keyring}")
+    return "\n".join(lines) + "\n"
+
+
 def nvidia_driver_preferences(branch: str | int, exact: str | None = None) -> str:
     """An apt preferences file that keeps every driver package at the branch (or the exact version): without it apt
     resolves the driver's exact-version dependencies (nvidia-alternative, libnvidia-*) to the newest version and
@@ -448,4 +488,5 @@ class FilterModule:
             "nvidia_driver_gpu_support": nvidia_driver_gpu_support,
             "nvidia_secure_boot": nvidia_secure_boot,
             "nvidia_driver_loaded": loaded_version,
+            "nvidia_driver_apt_source": nvidia_driver_apt_source,
         }

@@ -13,6 +13,7 @@ from ansible_collections.kubegpu.node.plugins.filter.nvidia_driver import (
     driver_branch,
     gpu_generation,
     loaded_version,
+    nvidia_driver_apt_source,
     nvidia_driver_branches,
     nvidia_driver_candidate,
     nvidia_driver_gpu_support,
@@ -54,6 +55,7 @@ def test_registered():
         "nvidia_driver_gpu_support",
         "nvidia_secure_boot",
         "nvidia_driver_loaded",
+        "nvidia_driver_apt_source",
     }
 
 
@@ -374,3 +376,28 @@ def test_support_warnings_name_the_devices():
 )
 def test_secure_boot_from_the_efi_variable(content, enabled):
     assert nvidia_secure_boot(content) is enabled
+
+
+def test_debian_source_has_the_driver_components_of_the_release_and_its_security_archive():
+    text = nvidia_driver_apt_source("distribution", "bookworm")
+    assert text.count("Types: deb\n") == 2
+    assert "URIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n" in text
+    assert "URIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n" in text
+    assert text.count("Components: contrib non-free non-free-firmware\n") == 2
+    assert "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" in text
+
+
+def test_cuda_source_is_flat_and_signed_by_the_keyring_given():
+    text = nvidia_driver_apt_source(
+        "cuda", url="https://repo.example/debian12/x86_64/", keyring="/etc/apt/keyrings/k.asc"
+    )
+    assert text.splitlines()[1:] == [
+        "Types: deb",
+        "URIs: https://repo.example/debian12/x86_64/",
+        "Suites: /",
+        "Signed-By: /etc/apt/keyrings/k.asc",
+    ]
+    mirror = nvidia_driver_apt_source("mirror", url="http://mirror/", suite="stable", components=["main"])
+    assert "Suites: stable\nComponents: main\nSigned-By: @KEYRING@\n" in mirror
+    with pytest.raises(AnsibleFilterError, match="needs the repository's URL"):
+        nvidia_driver_apt_source("mirror")
