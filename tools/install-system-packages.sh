@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the tests and the demo need. Installs only what is missing, so a second run costs nothing.
 set -euo pipefail
-packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs debian-archive-keyring shellcheck)
+# apt-utils (apt-ftparchive), gnupg and gpgv build and check the signed stand-in repositories of tests/aptrepo.
+packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs debian-archive-keyring shellcheck apt-utils gnupg gpgv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
