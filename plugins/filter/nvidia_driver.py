@@ -291,20 +291,28 @@ def nvidia_driver_packages(
             "use source cuda or mirror"
         )
     else:
-        # NVIDIA's CUDA repository (and mirrors of it): headless is the compute-only set NVIDIA documents
-        # (nvidia-driver-cuda plus the kernel modules); otherwise the cuda-drivers / nvidia-open metapackages.
-        if number >= CUDA_UNVERSIONED_FROM:
-            kernel = "nvidia-kernel-open-dkms" if open_ else "nvidia-kernel-dkms"
-            packages = ["nvidia-driver-cuda", kernel] if headless else ["nvidia-open" if open_ else "cuda-drivers"]
+        # NVIDIA's CUDA repository (and mirrors of it). Debian: the compute-only set NVIDIA documents
+        # (nvidia-driver-cuda and the kernel module package, names without the branch: the apt pin and NVIDIA's
+        # pinning package hold the branch), or the cuda-drivers / nvidia-open metapackages. Ubuntu: Ubuntu's naming
+        # with the branch in the names until 590, without from 590.
+        versioned = number < CUDA_UNVERSIONED_FROM
+        if distribution == "Ubuntu":
+            tag = f"-{number}" if versioned else ""
+            flavour_tag = "-open" if open_ else ""
+            kernel = f"nvidia-dkms{tag}{flavour_tag}"
+            headless_set = [f"nvidia-headless-no-dkms{tag}{flavour_tag}", f"nvidia-utils{tag}", kernel]
         else:
-            kernel = f"nvidia-kernel-open-dkms-{number}" if open_ else f"nvidia-kernel-dkms-{number}"
-            if headless:
-                packages = [f"nvidia-driver-cuda-{number}", kernel]
-            else:
-                packages = [f"nvidia-open-{number}" if open_ else f"cuda-drivers-{number}"]
+            kernel = "nvidia-kernel-open-dkms" if open_ else "nvidia-kernel-dkms"
+            headless_set = ["nvidia-driver-cuda", kernel]
+        if headless:
+            packages = headless_set
+        else:
+            meta = ("nvidia-open" if open_ else "cuda-drivers") + (f"-{number}" if versioned else "")
+            packages = [meta]
+            kernel = meta
         if number >= CUDA_PINNING_FROM:
             result["pinning"] = [f"nvidia-driver-pinning-{number}"]
-        result.update(kernel_package=packages[-1] if not headless else kernel)
+        result.update(kernel_package=kernel)
     # Ubuntu ships nvidia-persistenced inside nvidia-compute-utils, which the headless package pulls in.
     if persistenced and not (source == "distribution" and distribution == "Ubuntu"):
         packages.append("nvidia-persistenced")

@@ -182,16 +182,32 @@ def test_ubuntu_server_packages_and_precompiled_modules():
 
 
 @pytest.mark.parametrize("source", ["cuda", "mirror"])
-def test_cuda_580_is_pinned_and_branch_named(source):
+def test_cuda_on_debian_is_the_compute_set_held_by_the_pinning_package(source):
     result = nvidia_driver_packages("580", source, "Debian")
     assert result["pinning"] == ["nvidia-driver-pinning-580"]
-    assert result["packages"] == ["nvidia-driver-cuda-580", "nvidia-kernel-dkms-580", "nvidia-persistenced"]
-    full = nvidia_driver_packages("580", source, "Ubuntu", "open", headless=False)
-    assert full["packages"] == ["nvidia-open-580", "nvidia-persistenced"]
+    assert result["packages"] == ["nvidia-driver-cuda", "nvidia-kernel-dkms", "nvidia-persistenced"]
+    assert result["kernel_package"] == "nvidia-kernel-dkms"
+    full = nvidia_driver_packages("580", source, "Debian", "open", headless=False)
+    assert (
+        full["packages"] == ["nvidia-open-580", "nvidia-persistenced"] and full["kernel_package"] == "nvidia-open-580"
+    )
     assert nvidia_driver_packages("580", source, headless=False)["packages"][0] == "cuda-drivers-580"
+    assert nvidia_driver_packages("590", source, headless=False)["packages"][0] == "cuda-drivers"
 
 
-def test_cuda_590_drops_the_branch_from_names_and_pins_it():
+def test_cuda_on_ubuntu_names_the_branch_until_590():
+    assert nvidia_driver_packages("580", "cuda", "Ubuntu", "open")["packages"] == [
+        "nvidia-headless-no-dkms-580-open",
+        "nvidia-utils-580",
+        "nvidia-dkms-580-open",
+        "nvidia-persistenced",
+    ]
+    result = nvidia_driver_packages("590", "cuda", "Ubuntu")
+    assert result["packages"][:3] == ["nvidia-headless-no-dkms", "nvidia-utils", "nvidia-dkms"]
+    assert result["pinning"] == ["nvidia-driver-pinning-590"]
+
+
+def test_cuda_590_open_modules():
     result = nvidia_driver_packages("590", "cuda", "Debian", "open")
     assert result["packages"] == ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
     assert result["pinning"] == ["nvidia-driver-pinning-590"]
