@@ -18,7 +18,7 @@ if [ -n "$leaked" ]; then
   exit 1
 fi
 for must in MANIFEST.json FILES.json LICENSE README.md meta/runtime.yml playbooks/site.yml \
-    roles/container_runtime/meta/argument_specs.yml; do
+    roles/container_runtime/meta/argument_specs.yml roles/nvidia_driver/meta/argument_specs.yml; do
   grep -qx "$must" "$work/contents" || { echo "$must is missing from the tarball" >&2; exit 1; }
 done
 
@@ -30,11 +30,15 @@ ansible-galaxy collection install --offline --force "$tarball" -p "$work/install
 [ -f "$work/installed/ansible_collections/kubegpu/node/MANIFEST.json" ] || { echo "the tarball did not install" >&2; exit 1; }
 cd "$work"
 ansible-doc -t role kubegpu.node.container_runtime >/dev/null
+ansible-doc -t role kubegpu.node.nvidia_driver >/dev/null
 for path in "$root"/plugins/modules/*.py; do
   [ -e "$path" ] || continue
   module=$(basename "$path" .py)
   ansible-doc -t module "kubegpu.node.$module" >/dev/null
 done
 ansible-doc -t filter kubegpu.node.docker_daemon_config >/dev/null
+for filter in nvidia_smi_gpus nvidia_driver_packages nvidia_driver_reboot; do
+  ansible-doc -t filter "kubegpu.node.$filter" >/dev/null
+done
 ansible-playbook kubegpu.node.site --syntax-check -i localhost, >/dev/null
 echo "installed collection: roles, modules and kubegpu.node.site resolve by FQCN"
