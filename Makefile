@@ -20,7 +20,10 @@ export PY_COLORS := 0
 # podman settings this CI machine needs (runc, explicit ulimits), without touching /etc/containers.
 export CONTAINERS_CONF := $(ROOT)/tools/containers.conf
 
-MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard $(ROOT)/molecule/*/molecule.yml))))
+# Scenarios left out of `make test` until they pass a full run (run them by name: make molecule MOLECULE_SCENARIOS=x).
+# nvidia_driver: Debian's real driver with a real DKMS build; its verify has not completed yet (tests/README.md).
+MOLECULE_OPT_IN := nvidia_driver
+MOLECULE_SCENARIOS ?= $(filter-out $(MOLECULE_OPT_IN),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard $(ROOT)/molecule/*/molecule.yml)))))
 # sid is not built: its systemd (262) does not boot on these cgroup v1 hosts; containerd 2.x comes from sid onto trixie.
 IMAGES ?= bullseye bookworm trixie
 
