@@ -17,7 +17,9 @@ def _pool(cluster: SimCluster) -> tuple[urllib3.PoolManager, dict[str, str]]:
 def test_throttle_answers_a_share_of_requests_with_429_and_retry_after(cluster: SimCluster) -> None:
     pool, headers = _pool(cluster)
     cluster.throttle(share=0.5, retry_after=1, verbs=["list"])
-    answers = [pool.request("GET", cluster.url + "/api/v1/nodes", headers=headers, retries=False) for _attempt in range(6)]
+    answers = [
+        pool.request("GET", cluster.url + "/api/v1/nodes", headers=headers, retries=False) for _attempt in range(6)
+    ]
     assert [a.status for a in answers] == [200, 429, 200, 429, 200, 429]
     throttled = answers[1]
     assert throttled.headers["Retry-After"] == "1"
