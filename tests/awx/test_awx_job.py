@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_IMAGE = os.environ.get("AWX_TEST_NODE_IMAGE", "kubegpu-node-test:bookworm")
 NODES = {"kubegpu-awx-node-1": 8, "kubegpu-awx-node-2": 4}
 DEVICE_PLUGIN_TASK = "Apply the device plugin and wait for nvidia.com/gpu capacity"
+PREFLIGHT_NODES_TASK = "Read the cluster's nodes (one list for the whole play)"
 JOB_TIMEOUT = 900
 
 pytestmark = pytest.mark.skipif(
@@ -79,7 +80,8 @@ def nodes(ssh_key: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
             yaml.safe_dump(
                 {
                     "gpu_nodes": {
-                        "hosts": {name: {} for name in NODES},
+                        # demo/prepare.yml writes each node's nvidia-smi stand-in and driver facts for its GPUs.
+                        "hosts": {name: {"kubegpu_gpu_count": gpus} for name, gpus in NODES.items()},
                         "vars": {
                             "ansible_connection": "containers.podman.podman",
                             "ansible_python_interpreter": "/usr/bin/python3",
@@ -165,7 +167,14 @@ def _write_job(
     (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
     env = pdd / "env"
     env.mkdir()
-    extravars = {"kubegpu_serial": 1, "kubegpu_device_plugin_wait_timeout": 60}
+    extravars = {
+        "kubegpu_serial": 1,
+        "kubegpu_device_plugin_wait_timeout": 60,
+        "kubegpu_validation_timeout": 60,
+        # As in the demo: runc cannot start a container inside these podman nodes (nested cgroups), so the
+        # in-container nvidia-smi check is off; the per-node pod check on the simulated kubelet stands in for it.
+        "kubegpu_validate_container": False,
+    }
     (env / "extravars").write_text(yaml.safe_dump(extravars))
     (env / "envvars").write_text(yaml.safe_dump({"ANSIBLE_HOST_KEY_CHECKING": "False", **envvars}))
     (env / "ssh_key").write_text(ssh_key.read_text())
@@ -292,7 +301,7 @@ def test_a_second_job_changes_nothing(second_job):
     assert changed == []
 
 
-def test_a_bad_kubeconfig_fails_the_job_with_the_modules_message(
+def test_a_bad_kubeconfig_fails_the_job_before_any_change(
     second_job, ee_image, nodes, ssh_key, cluster, tmp_path_factory
 ):
     # The project is this repository, as when an AWX project points at it: ansible.cfg finds the collection in it.
@@ -312,8 +321,11 @@ def test_a_bad_kubeconfig_fails_the_job_with_the_modules_message(
     assert job.status == "failed" and job.rc != 0, job.output
     # Found through ansible.cfg and the link in collections/, before the image's own copy.
     assert _role_task_paths(job) == {"/runner/project/collections/ansible_collections/kubegpu/node"}
+    # site.yml's preflight reads the cluster's nodes (kubernetes.core.k8s_info) before any host changes: the refused
+    # credentials stop the job there, with the API server's answer, and no node was touched.
     failed = job.of("runner_on_failed")
-    assert [e["event_data"]["task"] for e in failed] == [DEVICE_PLUGIN_TASK], job.output
+    assert [e["event_data"]["task"] for e in failed] == [PREFLIGHT_NODES_TASK], job.output
     message = failed[0]["event_data"]["res"]["msg"]
-    assert "did not accept the credentials" in message, message
+    assert "401" in message and "Unauthorized" in message, message
+    assert not job.of("runner_on_ok") or all(not e["event_data"]["res"].get("changed") for e in job.of("runner_on_ok"))
     assert "expired-token" not in json.dumps(job.events)
