@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: two podman containers stand in for GPU nodes (no GPU in them), a simulated Kubernetes API server stands in
-# for the cluster, and playbooks/site.yml makes the nodes GPU-ready, then shows what changed.
+# for the cluster, two signed stand-in package repositories (tests/aptrepo) for NVIDIA's CUDA and toolkit
+# repositories, and playbooks/site.yml makes the nodes GPU-ready, then shows what changed.
 #   demo/run.sh          run it (containers and the simulated API server are removed afterwards)
 #   KEEP=1 demo/run.sh   leave the containers running to look around (podman exec -it kubegpu-demo-node-1 bash)
 #   demo/run.sh --clean  remove leftover demo containers
@@ -16,8 +17,14 @@ if [ "${1:-}" = "--clean" ]; then clean_containers; exit 0; fi
 
 mkdir -p "$work"
 sim_pid=""
+watch_pid=""
+aptrepo() { PYTHONPATH="$root/tests${PYTHONPATH:+:$PYTHONPATH}" python -m aptrepo "$@"; }
 finish() {
+  if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null || true; fi
   if [ -n "$sim_pid" ]; then kill "$sim_pid" 2>/dev/null || true; fi
+  for repo in cuda-driver nvidia-container-toolkit; do
+    [ -d "$work/aptrepo/$repo/state" ] && aptrepo serve stop "$work/aptrepo/$repo/state" >/dev/null 2>&1 || true
+  done
   [ "${KEEP:-0}" = 1 ] || clean_containers
 }
 trap finish EXIT
@@ -25,8 +32,34 @@ trap finish EXIT
 echo "== Starting ${#nodes[@]} containers that stand in for GPU nodes ($image)"
 clean_containers
 for n in "${nodes[@]}"; do
-  podman run -d --name "$n" --hostname "$n" --systemd=always "$image" /sbin/init >/dev/null
+  # --restart always: `systemctl reboot` inside brings the container back, as a reboot does a host. /sys/module is a
+  # tmpfs that the demo fills, as the kernel would, with the nvidia module "loaded" (demo/prepare.yml).
+  podman run -d --name "$n" --hostname "$n" --systemd=always --restart always \
+    --mount type=tmpfs,destination=/sys/module,notmpcopyup "$image" /sbin/init >/dev/null
 done
+
+echo "== Serving signed stand-ins of NVIDIA's CUDA and Container Toolkit repositories (tests/aptrepo)"
+for repo in cuda-driver nvidia-container-toolkit; do
+  rm -rf "$work/aptrepo/$repo" && mkdir -p "$work/aptrepo"
+  aptrepo build "tests/aptrepo/specs/$repo.yml" "$work/aptrepo/$repo/root" >"$work/aptrepo/$repo.keys.json"
+  aptrepo serve start "$work/aptrepo/$repo/root" "$work/aptrepo/$repo/state" >"$work/aptrepo/$repo.server.json"
+done
+python - "$work" >"$work/chain-vars.json" <<'PYTHON'
+import json, sys
+work = sys.argv[1]
+def load(name):
+    return json.load(open(f"{work}/aptrepo/{name}"))
+cuda_url = "http://host.containers.internal:%d" % load("cuda-driver.server.json")["port"]
+toolkit_url = "http://host.containers.internal:%d" % load("nvidia-container-toolkit.server.json")["port"]
+cuda_path = "compute/cuda/repos/debian12/x86_64"
+print(json.dumps({
+    "nvidia_driver_repository_url": f"{cuda_url}/current/{cuda_path}/",
+    "nvidia_driver_repository_key_url": f"{cuda_url}/good/{cuda_path}/3bf863cc.pub",
+    "nvidia_driver_repository_key_fingerprint": load("cuda-driver.keys.json")["good"],
+    "nvidia_container_toolkit_repo_url": f"{toolkit_url}/current/libnvidia-container",
+    "nvidia_container_toolkit_repo_key_fingerprints": [load("nvidia-container-toolkit.keys.json")["good"]],
+}, indent=2))
+PYTHON
 
 echo "== Starting the simulated Kubernetes API server (tests/kubesim, a stand-in for a real cluster)"
 rm -f "$work/kubeconfig"
@@ -37,24 +70,75 @@ sim_pid=$!
 for _ in $(seq 50); do [ -s "$work/kubeconfig" ] && break; sleep 0.2; done
 [ -s "$work/kubeconfig" ] || { echo "the simulated API server did not start:" >&2; cat "$work/kubesim.log" >&2; exit 1; }
 export KUBECONFIG="$work/kubeconfig"
+sim_url=$(kubectl config view -o jsonpath='{.clusters[0].cluster.server}')
+# Each task's time, and the slowest tasks at the end of each run's log (bench/RESULTS.md uses them).
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.capacity.nvidia\.com/gpu'
 
-echo "== Installing containerd and the stand-ins (nvidia-container-runtime, nvidia-smi, the driver's facts) in the containers"
+echo "== Installing containerd, kernel headers and the stand-ins (kubelet, nvidia-smi, a loaded driver) in the containers"
 ansible-playbook -i demo/inventory.yml demo/prepare.yml >"$work/prepare.log" || { cat "$work/prepare.log"; exit 1; }
+# The Debian kernel whose headers prepare installed: DKMS builds the driver for it (the host's kernel is not Debian's).
+kernel=$(podman exec "${nodes[0]}" sh -c 'ls /lib/modules | grep -- -amd64 | sort -V | tail -n 1')
+python - "$work/chain-vars.json" "$kernel" <<'PYTHON'
+import json, sys
+path, kernel = sys.argv[1], sys.argv[2]
+data = json.load(open(path))
+data["nvidia_driver_kernels"] = [kernel]
+json.dump(data, open(path, "w"), indent=2)
+PYTHON
+
+# A node's kubelet posts a new boot ID when its machine reboots: this watcher tells the simulated API server when a
+# node's container restarted (a stand-in for that kubelet's status).
+(
+  declare -A started
+  for n in "${nodes[@]}"; do started[$n]=$(podman inspect -f '{{.State.StartedAt}}' "$n"); done
+  while sleep 1; do
+    for n in "${nodes[@]}"; do
+      now=$(podman inspect -f '{{.State.StartedAt}}' "$n" 2>/dev/null) || continue
+      if [ "$now" != "${started[$n]}" ]; then
+        started[$n]=$now
+        curl -sk -X POST -H "Authorization: Bearer test-token" -H 'Content-Type: application/json' \
+          -d "{\"method\": \"reboot_node\", \"args\": [\"$n\", 3.0]}" "$sim_url/kubesim/control" >/dev/null || true
+      fi
+    done
+  done
+) &
+watch_pid=$!
 
 echo "== A training job runs on node 1, under a PodDisruptionBudget"
 kubectl apply -f demo/workload/
 kubectl get pods -o wide
 
+echo "== ansible-playbook kubegpu.node.site --check --diff: what it would do, changing nothing (log: $work/check-run.log)"
+start=$(date +%s)
+ansible-playbook -i demo/inventory.yml kubegpu.node.site --check --diff -e "kubegpu_kubeconfig=$work/kubeconfig" \
+  -e "@$work/chain-vars.json" ${DEMO_VERBOSE:+-vvv} >"$work/check-run.log" || { tail -n 60 "$work/check-run.log"; exit 1; }
+echo "== Check mode: $(( $(date +%s) - start )) s"
+grep -E 'would (cordon|apply)' "$work/check-run.log" | sed 's/^ *"msg": //' || true
+sed -n '/PLAY RECAP/,/^$/p' "$work/check-run.log"
+for n in "${nodes[@]}"; do
+  if podman exec "$n" test -e /usr/bin/nvidia-container-runtime \
+    || [ "$(podman exec "$n" cat /sys/module/nvidia/version)" = 580.95.05 -a "$n" = "${nodes[0]}" ] \
+    || [ "$(kubectl get node "$n" -o jsonpath='{.spec.unschedulable}')" = true ]; then
+    echo "== Check mode changed $n" >&2; exit 1
+  fi
+done
+
 echo "== ansible-playbook kubegpu.node.site --diff"
 start=$(date +%s)
 ansible-playbook -i demo/inventory.yml kubegpu.node.site --diff -e "kubegpu_kubeconfig=$work/kubeconfig" \
+  -e "@$work/chain-vars.json" \
   ${DEMO_VERBOSE:+-vvv} | tee "$work/first-run.log"
 echo "== First converge: $(( $(date +%s) - start )) s"
 
 echo "== What changed on the nodes"
 for n in "${nodes[@]}"; do
-  echo "-- $n: containerd's effective configuration (containerd config dump), nvidia runtime and default runtime"
+  echo "-- $n"
+  podman exec "$n" sh -c 'echo "driver loaded: $(cat /sys/module/nvidia/version)"; \
+    echo "built by DKMS: $(modinfo -F version /lib/modules/*/updates/dkms/nvidia.ko* | head -n 1)"; \
+    echo "held: $(apt-mark showhold | tr "\n" " ")"; \
+    echo "nvidia-container-runtime from: $(dpkg -S /usr/bin/nvidia-container-runtime | cut -d: -f1)"; \
+    echo "kubelet: $(python3 /usr/local/lib/kubelet_case.py observe)"'
   podman exec "$n" sh -c 'containerd config dump 2>/dev/null' \
     | grep -E 'default_runtime_name|runtimes\.nvidia\]|BinaryName = ".*nvidia' || true
 done
@@ -62,13 +146,44 @@ echo "-- the cluster: nvidia.com/gpu capacity per node, as kubectl sees it"
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.capacity.nvidia\.com/gpu,ALLOCATABLE:.status.allocatable.nvidia\.com/gpu'
 echo "-- the GPU labels (the names GPU feature discovery uses), and node 1 schedulable again after its drain"
 kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count,nvidia.com/gpu.memory,nvidia.com/cuda.driver-version.full
-echo "-- the training job was evicted from node 1 before containerd restarted under it (its events)"
+echo "-- the training job was evicted from node 1 before the node rebooted into its new driver"
 kubectl get pods -o wide
 kubectl -n kube-system get daemonset nvidia-device-plugin-daemonset
+
+# What a user checks after the first run; the demo fails when one of them is not so (tests/README.md: the demo is
+# CI's end-to-end test of site.yml's chain).
+failures=()
+expect() { # DESCRIPTION ACTUAL EXPECTED
+  if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "NOT OK: $1: got '$2', expected '$3'"; failures+=("$1"); fi
+}
+echo "== Checking the result"
+for n in "${nodes[@]}"; do
+  expect "$n runs driver 580.95.05" "$(podman exec "$n" cat /sys/module/nvidia/version)" 580.95.05
+  expect "$n's driver packages are held" "$(podman exec "$n" apt-mark showhold | grep -c '^nvidia-kernel-dkms$')" 1
+  expect "$n's nvidia-container-runtime comes from the toolkit package" \
+    "$(podman exec "$n" dpkg -S /usr/bin/nvidia-container-runtime | cut -d: -f1)" nvidia-container-toolkit-base
+  expect "$n's kubelet answers /healthz" \
+    "$(podman exec "$n" python3 /usr/local/lib/kubelet_case.py observe | python -c 'import json,sys; print(json.load(sys.stdin)["healthz"])')" "200 ok"
+  expect "$n's kubelet runs without DevicePlugins" \
+    "$(podman exec "$n" python3 /usr/local/lib/kubelet_case.py observe | python -c 'import json,sys; print("DevicePlugins" in json.load(sys.stdin)["state"].get("feature_gates", {}))')" False
+  expect "$n is labelled with its GPU model" \
+    "$(kubectl get node "$n" -o jsonpath='{.metadata.labels.nvidia\.com/gpu\.product}')" NVIDIA-A100-SXM4-80GB
+  expect "$n is labelled with its driver" \
+    "$(kubectl get node "$n" -o jsonpath='{.metadata.labels.nvidia\.com/cuda\.driver-version\.full}')" 580.95.05
+  expect "$n is schedulable" "$(kubectl get node "$n" -o jsonpath='{.spec.unschedulable}' | sed 's/^false$//')" ""
+done
+expect "node 1 was rebooted into its new driver, node 2 not" \
+  "$(grep -A2 'TASK \[kubegpu.node.nvidia_driver : Reboot into the installed driver\]' "$work/first-run.log" \
+     | grep -o '^changed: \[kubegpu-demo-node-[0-9]\]' | tr '\n' ' ')" "changed: [kubegpu-demo-node-1] "
+expect "only node 1 was drained" "$(grep -Ec '^changed: \[kubegpu-demo-node-[0-9] -> localhost\]' \
+  <(sed -n '/TASK \[Cordon and drain node/,/^$/p' "$work/first-run.log"))" 1
+expect "the validation table says ok for every node" "$(grep -Ec 'kubegpu-demo-node-[12] .*FAILED' "$work/first-run.log")" 0
+[ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 
 echo "== Running it again: nothing should change, nothing is drained"
 start=$(date +%s)
 ansible-playbook -i demo/inventory.yml kubegpu.node.site -e "kubegpu_kubeconfig=$work/kubeconfig" \
+  -e "@$work/chain-vars.json" \
   ${DEMO_VERBOSE:+-vvv} >"$work/second-run.log"
 echo "== No-op re-run: $(( $(date +%s) - start )) s"
 tail -n 6 "$work/second-run.log"

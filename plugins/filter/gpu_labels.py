@@ -62,7 +62,7 @@ def gpu_labels(facts: Any) -> dict[str, str]:
 
     Reads ``gpus`` (a list of ``index``, ``name``, ``uuid``, ``memory_total_mib``, ``compute_capability``; the first
     GPU describes the node, as GPU feature discovery does), ``pci_gpus.count`` when the driver is not loaded,
-    ``driver.loaded_version`` (else ``driver.installed_version``) and ``cuda_version``.
+    ``loaded_version`` (else ``installed_version``) and ``cuda_version`` (when present), as the role writes them.
     """
     if facts in (None, ""):
         return {}
@@ -89,8 +89,7 @@ def gpu_labels(facts: Any) -> dict[str, str]:
         labels[f"{PREFIX}gpu.compute.major"] = str(major)
         labels[f"{PREFIX}gpu.compute.minor"] = str(minor)
         labels[f"{PREFIX}gpu.family"] = gpu_family(major, minor)
-    driver = facts.get("driver") or {}
-    version = str(_first(driver, "loaded_version", "installed_version") or "") if isinstance(driver, dict) else ""
+    version = str(_first(facts, "loaded_version", "installed_version") or "")
     parts = _version_parts(version)
     if len(parts) >= 2 and all(p.isdigit() for p in parts):
         labels[f"{PREFIX}cuda.driver-version.full"] = label_value(version)

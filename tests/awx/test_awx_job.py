@@ -174,6 +174,12 @@ def _write_job(
         # As in the demo: runc cannot start a container inside these podman nodes (nested cgroups), so the
         # in-container nvidia-smi check is off; the per-node pod check on the simulated kubelet stands in for it.
         "kubegpu_validate_container": False,
+        # The job proves how AWX runs site.yml (execution environment, credentials, SSH, the API): the driver, toolkit
+        # and kubelet steps, which need the stand-in package repositories and kubelet of the demo and of their molecule
+        # scenarios, are off; the nodes get the older stand-ins instead (demo/prepare.yml with demo_chain false).
+        "kubegpu_nvidia_driver": False,
+        "kubegpu_nvidia_container_toolkit": False,
+        "kubegpu_kubelet": False,
     }
     (env / "extravars").write_text(yaml.safe_dump(extravars))
     (env / "envvars").write_text(yaml.safe_dump({"ANSIBLE_HOST_KEY_CHECKING": "False", **envvars}))

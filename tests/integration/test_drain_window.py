@@ -37,6 +37,11 @@ def _run(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variabl
                 "harness_dir": str(tmp_path),
                 "harness_sim_url": cluster.url,
                 "harness_token": cluster.token,
+                # Twice safe: the role chain must never run on this machine.
+                "kubegpu_nvidia_driver": False,
+                "kubegpu_nvidia_container_toolkit": False,
+                "kubegpu_container_runtime": False,
+                "kubegpu_kubelet": False,
                 **variables,
             },
         }
@@ -55,7 +60,8 @@ def _run(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variabl
             "-i",
             str(tmp_path / "inventory.yml"),
             "--skip-tags",
-            "container_runtime",
+            # The role chain never runs on this machine (local connection): only site.yml's own tasks are tested.
+            "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet",
             *args,
         ],
         capture_output=True,

@@ -1,7 +1,8 @@
 """playbooks/site.yml run for real against the simulated API server: the device-plugin wait, GPU labels, validation.
 
-The hosts are reached with the local connection and the container_runtime role is skipped (it has its own molecule
-scenarios; the drain window has tests/integration/test_drain_window.py), so what is tested is how the playbook turns
+The hosts are reached with the local connection and the role chain is skipped (driver, toolkit, container runtime and
+kubelet have their own molecule scenarios, the whole chain runs in `make demo`; the drain window has
+tests/integration/test_drain_window.py), so what is tested is how the playbook turns
 inventory and the driver's facts into labels, the module's wait and the validation. nvidia-smi on the "hosts" is a
 stand-in script written by the test (there is no GPU here); the validation pods run on kubesim's simulated kubelet.
 """
@@ -31,7 +32,7 @@ def _run_site(
     tags: str = "device_plugin",
     extra_vars: dict | None = None,
     env_extra: dict | None = None,
-    skip_tags: str = "container_runtime",
+    skip_tags: str = "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet",
 ) -> subprocess.CompletedProcess:
     inventory = {
         "all": {
@@ -43,6 +44,11 @@ def _run_site(
                 "ansible_become": False,
                 "kubegpu_device_plugin_wait_timeout": 30,
                 "kubegpu_validation_timeout": 30,
+                # Twice safe: the role chain must never run on this machine.
+                "kubegpu_nvidia_driver": False,
+                "kubegpu_nvidia_container_toolkit": False,
+                "kubegpu_container_runtime": False,
+                "kubegpu_kubelet": False,
                 **(extra_vars or {}),
             },
         }
@@ -132,7 +138,9 @@ def test_site_refuses_a_gpu_count_that_is_not_a_number(tmp_path):
 
 # What the nvidia_driver role writes to /etc/ansible/facts.d/nvidia.fact (the shape site.yml reads).
 NVIDIA_FACT = {
-    "driver": {"installed_version": "550.163.01", "loaded_version": "550.163.01", "branch": "550"},
+    "installed_version": "550.163.01",
+    "loaded_version": "550.163.01",
+    "branch": "550",
     "cuda_version": "12.4",
     "reboot_required": False,
     "gpus": [

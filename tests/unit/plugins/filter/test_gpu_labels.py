@@ -12,7 +12,9 @@ from ansible_collections.kubegpu.node.plugins.filter.gpu_labels import (
 )
 
 A100_NODE = {
-    "driver": {"installed_version": "550.163.01", "loaded_version": "550.163.01", "branch": "550"},
+    "installed_version": "550.163.01",
+    "loaded_version": "550.163.01",
+    "branch": "550",
     "cuda_version": "12.4",
     "reboot_required": False,
     "gpus": [
@@ -54,7 +56,14 @@ def test_labels_use_gpu_feature_discoverys_names_and_values() -> None:
 
 
 def test_driver_not_loaded_yet_labels_what_the_pci_bus_shows() -> None:
-    facts = {"driver": {"installed_version": "535.261.03", "loaded_version": None}, "pci_gpus": {"count": 4}}
+    # As the role writes it before the driver is loaded: the GPUs from the PCI bus (no name, no memory).
+    facts = {
+        "installed_version": "535.261.03",
+        "loaded_version": "",
+        "gpus_from": "pci",
+        "gpu_count": 4,
+        "gpus": [{"pci_bus_id": f"0000:0{i}:00.0", "device_id": "10de:20b2"} for i in range(4)],
+    }
     assert gpu_labels(facts) == {
         "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.count": "4",
