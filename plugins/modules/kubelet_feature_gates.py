@@ -28,7 +28,7 @@ description:
   - Fails before any change for a gate the user asked for that this kubelet would refuse, and for a node whose
     kubelet settings a provisioner regenerates (kops nodeup, EKS nodeadm), saying what to change at the source.
   - On a k3s or rke2 node (one of the units of an O(embedded) entry installed and enabled or running), the kubelet
-    runs inside that process: its version is read from C(k3s --version) or C(rke2 --version), and its gates from
+    runs inside that process; its version is read from C(k3s --version) or C(rke2 --version), and its gates from
     C(kubelet-arg) in C(config.yaml) and then C(config.yaml.d/*.yaml), merged as k3s does (the last file's key wins,
     C(kubelet-arg+) appends), plus the kubelet drop-ins of k3s 1.32 and later. The same table and rules decide; the
     files to change are those configuration files, and RV(service) is that unit.

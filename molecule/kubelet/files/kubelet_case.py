@@ -6,10 +6,10 @@ seed CASE_JSON   put the node in the state a case describes: the kubelet version
                  (flags: no config file, as before kubeadm 1.10; kubeadm; configdir: also --config-dir), the files,
                  and start the kubelet through systemd (it stays down when its files hold a gate its version refuses);
                  styles k3s and rke2: the kubelet unit stopped, the (stand-in) k3s or rke2 version, config.yaml and
-                 config.yaml.d, and their unit enabled and started
+                 config.yaml.d, k3s' kubelet.conf.d, and their unit enabled and started
 observe [UNIT]   print what a user would look at, as JSON: systemd's word for UNIT (kubelet), /healthz, what the
                  (stand-in) kubelet runs with, and the SHA-1 of every file the kubelet reads ("absent" for a missing
-                 one) and of every file under /etc/rancher
+                 one) and of every file under /etc/rancher and k3s' kubelet.conf.d
 """
 
 import hashlib
@@ -35,6 +35,7 @@ CONFIG_ARGS = {
     "kubeadm": "--config=/var/lib/kubelet/config.yaml",
     "configdir": "--config=/var/lib/kubelet/config.yaml --config-dir=/etc/kubernetes/kubelet.conf.d",
 }
+K3S_KUBELET_DROPINS = "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d"
 EMBEDDED_UNITS = {"k3s": "k3s.service", "rke2": "rke2-server.service"}
 DEFAULT_KUBEADM_ARGS = "--container-runtime-endpoint=unix:///run/containerd/containerd.sock"
 
@@ -68,9 +69,17 @@ def seed_embedded(case):
     unit = EMBEDDED_UNITS[name]
     systemctl("stop", "kubelet")
     systemctl("disable", "kubelet")
-    subprocess.run(["systemctl", "stop", unit], check=False)
+    for other in EMBEDDED_UNITS.values():  # one kubelet per node: the others stop
+        subprocess.run(["systemctl", "stop", other], check=False)
+        subprocess.run(["systemctl", "disable", other], check=False)
     if os.path.exists(STATE):
         os.remove(STATE)
+    write(FILES["marker"], None)
+    if os.path.isdir(K3S_KUBELET_DROPINS):
+        for entry in os.listdir(K3S_KUBELET_DROPINS):
+            os.remove(os.path.join(K3S_KUBELET_DROPINS, entry))
+    for entry, text in (case.get("kubelet_dropins") or {}).items():
+        write(os.path.join(K3S_KUBELET_DROPINS, entry), text)
     write(f"/etc/kubelet-standin/{name}-version", f"v{case['version']}+{name}1\n")
     folder = f"/etc/rancher/{name}"
     if os.path.isdir(folder + "/config.yaml.d"):
@@ -80,7 +89,7 @@ def seed_embedded(case):
     for entry, text in (case.get("dropins") or {}).items():
         write(os.path.join(folder, "config.yaml.d", entry), text)
     systemctl("daemon-reload")
-    systemctl("reset-failed", unit)
+    subprocess.run(["systemctl", "reset-failed", unit], check=False)  # refused for a unit never loaded yet
     systemctl("enable", unit)
     subprocess.run(["systemctl", "start", unit], check=False)  # it stays down when kubelet-arg holds a refused gate
 
@@ -130,10 +139,11 @@ def observe(unit):
                 sums[name] = hashlib.sha1(handle.read()).hexdigest()
         else:
             sums[name] = "absent"
-    for folder, _dirs, names in os.walk("/etc/rancher"):
-        for name in names:
-            with open(os.path.join(folder, name), "rb") as handle:
-                sums[os.path.join(folder, name)] = hashlib.sha1(handle.read()).hexdigest()
+    for top in ("/etc/rancher", K3S_KUBELET_DROPINS):
+        for folder, _dirs, names in os.walk(top):
+            for name in names:
+                with open(os.path.join(folder, name), "rb") as handle:
+                    sums[os.path.join(folder, name)] = hashlib.sha1(handle.read()).hexdigest()
     print(json.dumps({"active": active.stdout.decode().strip(), "healthz": healthz(), "state": state, "sums": sums}))
 
 
