@@ -176,11 +176,7 @@ class ActionModule(NodeAction):
             shown = self.command(["systemctl", "show", unit, "--property=LoadState,UnitFileState,ActiveState"])
             if shown["rc"] != 0:
                 continue
-            props = dict(line.partition("=")[::2] for line in shown["stdout"].splitlines())
-            if props.get("LoadState") == "loaded" and (
-                props.get("UnitFileState", "").startswith("enabled")
-                or props.get("ActiveState") in ("active", "activating", "reloading")
-            ):
+            if ke.unit_in_use(shown["stdout"]):
                 return unit
         return None
 

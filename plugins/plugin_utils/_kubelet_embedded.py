@@ -321,6 +321,16 @@ def plan(
     )
 
 
+def unit_in_use(show: str) -> bool:
+    """`systemctl show UNIT --property=LoadState,UnitFileState,ActiveState`: installed, and enabled or running (a node
+    that merely has the package's unit file, disabled and stopped, is not a k3s/rke2 node)."""
+    props = dict(line.partition("=")[::2] for line in show.splitlines())
+    return props.get("LoadState") == "loaded" and (
+        props.get("UnitFileState", "").startswith("enabled")
+        or props.get("ActiveState") in ("active", "activating", "reloading")
+    )
+
+
 def unit_overrides(argv: list[str], environment: dict[str, str], name: str, default: str) -> tuple[str, list[str]]:
     """The configuration file the unit's command line (--config/-c) or environment ({NAME}_CONFIG_FILE) names, and
     the --kubelet-arg values on its command line (they replace config.yaml's whole list, as the docs say)."""

@@ -175,3 +175,16 @@ def test_unit_overrides():
     assert ke.unit_overrides(["k3s", "agent"], {"K3S_CONFIG_FILE": "/x.yaml"}, "k3s", CONFIG) == ("/x.yaml", [])
     rke2 = "/etc/rancher/rke2/config.yaml"
     assert ke.unit_overrides(["rke2", "server"], {}, "rke2", rke2) == (rke2, [])
+
+
+@pytest.mark.parametrize(
+    ("show", "in_use"),
+    [
+        ("LoadState=loaded\nUnitFileState=enabled\nActiveState=activating\n", True),  # crash-looping k3s
+        ("LoadState=loaded\nUnitFileState=disabled\nActiveState=active\n", True),
+        ("LoadState=loaded\nUnitFileState=disabled\nActiveState=inactive\n", False),  # installed, not used
+        ("LoadState=not-found\nUnitFileState=\nActiveState=inactive\n", False),
+    ],
+)
+def test_a_k3s_node_is_one_whose_unit_is_enabled_or_running(show, in_use):
+    assert ke.unit_in_use(show) is in_use
