@@ -27,6 +27,11 @@ description:
   - Returns the new text of each file to change (for M(kubegpu.node.service_config)); it changes nothing itself.
   - Fails before any change for a gate the user asked for that this kubelet would refuse, and for a node whose
     kubelet settings a provisioner regenerates (kops nodeup, EKS nodeadm), saying what to change at the source.
+  - On a k3s or rke2 node (one of the units of an O(embedded) entry installed and enabled or running), the kubelet
+    runs inside that process; its version is read from C(k3s --version) or C(rke2 --version), and its gates from
+    C(kubelet-arg) in C(config.yaml) and then C(config.yaml.d/*.yaml), merged as k3s does (the last file's key wins,
+    C(kubelet-arg+) appends), plus the kubelet drop-ins of k3s 1.32 and later. The same table and rules decide; the
+    files to change are those configuration files, and RV(service) is that unit.
   - Parses every format on the controller; the node needs only what ansible-core's builtin modules need.
 author:
   - kubegpu.node maintainers (@kubegpu)
@@ -101,6 +106,37 @@ options:
     description: Plan the files of a provisioner-owned node anyway (a later provisioner run may undo it).
     type: bool
     default: false
+  embedded:
+    description:
+      - Distributions whose kubelet runs inside their own process (the role passes k3s and rke2), checked in order
+        before the kubelet unit.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The distribution (C(k3s), C(rke2)); also the prefix of its C(*_CONFIG_FILE) variable.
+        type: str
+        required: true
+      units:
+        description: Its systemd units (server and agent).
+        type: list
+        elements: str
+        required: true
+      binary:
+        description: Its binary, asked for C(--version).
+        type: str
+        required: true
+      config_file:
+        description: Its configuration file; the drop-ins are C(<config_file>.d/*.yaml).
+        type: path
+        required: true
+      kubelet_dropin_dir:
+        description: The kubelet drop-in folder it passes to its kubelet (C(*.conf)), if any.
+        type: path
+      kubelet_dropin_since:
+        description: The Kubernetes minor release from which that folder is read (V('1.32') for k3s).
+        type: str
 notes:
   - The gate table is in C(plugins/plugin_utils/_kubelet_gates.py), each entry with its source.
 seealso:
@@ -151,11 +187,20 @@ removed:
   returned: success
   type: dict
 config_file:
-  description: The kubelet's C(--config) file, if any.
+  description: The kubelet's C(--config) file, if any (on k3s/rke2, their C(config.yaml)).
   returned: success
   type: str
 config_dir:
   description: The kubelet's C(--config-dir), if any.
+  returned: success
+  type: str
+service:
+  description: The unit to restart for a change (the kubelet's, or the k3s/rke2 unit that runs it).
+  returned: success
+  type: str
+  sample: k3s.service
+distribution:
+  description: C(k3s) or C(rke2) when the kubelet runs inside one of them; null otherwise.
   returned: success
   type: str
 provisioner:

@@ -162,6 +162,34 @@ class Healthz(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def flag_gate_list(value):
+    """--feature-gates A=true,B=false -> {A: True, B: False}, refused the way the kubelet's flag parser does."""
+    gates = {}
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        gate, sep, raw = item.partition("=")
+        if not sep:
+            fatal(f'invalid argument {value!r} for "--feature-gates" flag: missing bool value for {gate}')
+        gates[gate.strip()] = parse_bool(raw, f"--feature-gates {gate}")
+    return gates
+
+
+def serve(version_text, gates, argv, ready=None):
+    """Run: log, write what it runs with for the tests, call `ready` once listening, answer /healthz."""
+    klog("I", f'"Kubelet version" kubeletVersion="v{version_text}"')
+    klog("I", f'"Feature gates" featureGates={json.dumps(gates, sort_keys=True)}')
+    server = http.server.HTTPServer(HEALTHZ, Healthz)
+    os.makedirs(STATE_DIR, exist_ok=True)
+    state = {"version": version_text, "feature_gates": gates, "argv": argv, "pid": os.getpid()}
+    with open(os.path.join(STATE_DIR, "state.json.tmp"), "w", encoding="utf-8") as handle:
+        json.dump(state, handle, sort_keys=True)
+    os.replace(os.path.join(STATE_DIR, "state.json.tmp"), os.path.join(STATE_DIR, "state.json"))
+    if ready:
+        ready()
+    server.serve_forever()
+
+
 def main(argv):
     version_text, version = read_version()
     if "--version" in argv or "--version=true" in argv:
@@ -177,13 +205,7 @@ def main(argv):
     flag_gates = {}
     for name, value in flags:
         if name == "--feature-gates":
-            for item in value.split(","):
-                if not item.strip():
-                    continue
-                gate, sep, raw = item.partition("=")
-                if not sep:
-                    fatal(f'invalid argument {value!r} for "--feature-gates" flag: missing bool value for {gate}')
-                flag_gates[gate.strip()] = parse_bool(raw, f"--feature-gates {gate}")
+            flag_gates.update(flag_gate_list(value))
     validate(flag_gates, version, "initial flags-based config")
     configs = [value for name, value in flags if name == "--config"]
     dirs = [value for name, value in flags if name == "--config-dir"]
@@ -199,15 +221,7 @@ def main(argv):
                 gates.update(load_config(os.path.join(folder, entry)))
     gates.update(flag_gates)  # flags override the config file and its drop-ins
     validate(gates, version, "config file")
-    klog("I", f'"Kubelet version" kubeletVersion="v{version_text}"')
-    klog("I", f'"Feature gates" featureGates={json.dumps(gates, sort_keys=True)}')
-    server = http.server.HTTPServer(HEALTHZ, Healthz)
-    os.makedirs(STATE_DIR, exist_ok=True)
-    state = {"version": version_text, "feature_gates": gates, "argv": argv, "pid": os.getpid()}
-    with open(os.path.join(STATE_DIR, "state.json.tmp"), "w", encoding="utf-8") as handle:
-        json.dump(state, handle, sort_keys=True)
-    os.replace(os.path.join(STATE_DIR, "state.json.tmp"), os.path.join(STATE_DIR, "state.json"))
-    server.serve_forever()
+    serve(version_text, gates, argv)
     return 0
 
 

@@ -4,9 +4,12 @@
 
 seed CASE_JSON   put the node in the state a case describes: the kubelet version, kubeadm's drop-in for the style
                  (flags: no config file, as before kubeadm 1.10; kubeadm; configdir: also --config-dir), the files,
-                 and start the kubelet through systemd (it stays down when its files hold a gate its version refuses)
-observe          print what a user would look at, as JSON: systemd's word, /healthz, what the (stand-in) kubelet runs
-                 with, and the SHA-1 of every file the kubelet reads ("absent" for a missing one)
+                 and start the kubelet through systemd (it stays down when its files hold a gate its version refuses);
+                 styles k3s and rke2: the kubelet unit stopped, the (stand-in) k3s or rke2 version, config.yaml and
+                 config.yaml.d, k3s' kubelet.conf.d, and their unit enabled and started
+observe [UNIT]   print what a user would look at, as JSON: systemd's word for UNIT (kubelet), /healthz, what the
+                 (stand-in) kubelet runs with, and the SHA-1 of every file the kubelet reads ("absent" for a missing
+                 one) and of every file under /etc/rancher and k3s' kubelet.conf.d
 """
 
 import hashlib
@@ -32,6 +35,8 @@ CONFIG_ARGS = {
     "kubeadm": "--config=/var/lib/kubelet/config.yaml",
     "configdir": "--config=/var/lib/kubelet/config.yaml --config-dir=/etc/kubernetes/kubelet.conf.d",
 }
+K3S_KUBELET_DROPINS = "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d"
+EMBEDDED_UNITS = {"k3s": "k3s.service", "rke2": "rke2-server.service"}
 DEFAULT_KUBEADM_ARGS = "--container-runtime-endpoint=unix:///run/containerd/containerd.sock"
 
 
@@ -58,7 +63,41 @@ def healthz():
         return f"-1 {exc}"
 
 
+def seed_embedded(case):
+    """A k3s or rke2 node: its kubelet runs inside the k3s/rke2 process, configured by kubelet-arg."""
+    name = case["style"]
+    unit = EMBEDDED_UNITS[name]
+    systemctl("stop", "kubelet")
+    systemctl("disable", "kubelet")
+    for other in EMBEDDED_UNITS.values():  # one kubelet per node: the others stop
+        subprocess.run(["systemctl", "stop", other], check=False)
+        subprocess.run(["systemctl", "disable", other], check=False)
+    if os.path.exists(STATE):
+        os.remove(STATE)
+    write(FILES["marker"], None)
+    if os.path.isdir(K3S_KUBELET_DROPINS):
+        for entry in os.listdir(K3S_KUBELET_DROPINS):
+            os.remove(os.path.join(K3S_KUBELET_DROPINS, entry))
+    for entry, text in (case.get("kubelet_dropins") or {}).items():
+        write(os.path.join(K3S_KUBELET_DROPINS, entry), text)
+    write(f"/etc/kubelet-standin/{name}-version", f"v{case['version']}+{name}1\n")
+    folder = f"/etc/rancher/{name}"
+    if os.path.isdir(folder + "/config.yaml.d"):
+        for entry in os.listdir(folder + "/config.yaml.d"):
+            os.remove(os.path.join(folder, "config.yaml.d", entry))
+    write(folder + "/config.yaml", case.get("config"))
+    for entry, text in (case.get("dropins") or {}).items():
+        write(os.path.join(folder, "config.yaml.d", entry), text)
+    systemctl("daemon-reload")
+    subprocess.run(["systemctl", "reset-failed", unit], check=False)  # refused for a unit never loaded yet
+    systemctl("enable", unit)
+    subprocess.run(["systemctl", "start", unit], check=False)  # it stays down when kubelet-arg holds a refused gate
+
+
 def seed(case):
+    if case["style"] in EMBEDDED_UNITS:
+        seed_embedded(case)
+        return
     systemctl("stop", "kubelet")
     if os.path.exists(STATE):
         os.remove(STATE)
@@ -87,8 +126,8 @@ def seed(case):
         time.sleep(1)
 
 
-def observe():
-    active = subprocess.run(["systemctl", "is-active", "kubelet"], stdout=subprocess.PIPE, check=False)
+def observe(unit):
+    active = subprocess.run(["systemctl", "is-active", unit], stdout=subprocess.PIPE, check=False)
     state = {}
     if os.path.exists(STATE):
         with open(STATE, encoding="utf-8") as handle:
@@ -100,6 +139,11 @@ def observe():
                 sums[name] = hashlib.sha1(handle.read()).hexdigest()
         else:
             sums[name] = "absent"
+    for top in ("/etc/rancher", K3S_KUBELET_DROPINS):
+        for folder, _dirs, names in os.walk(top):
+            for name in names:
+                with open(os.path.join(folder, name), "rb") as handle:
+                    sums[os.path.join(folder, name)] = hashlib.sha1(handle.read()).hexdigest()
     print(json.dumps({"active": active.stdout.decode().strip(), "healthz": healthz(), "state": state, "sums": sums}))
 
 
@@ -107,4 +151,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "seed":
         seed(json.loads(sys.argv[2]))
     else:
-        observe()
+        observe(sys.argv[2] if len(sys.argv) > 2 else "kubelet")
