@@ -13,6 +13,17 @@ scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
+# The longest scenarios start first so that the others run beside them rather than after them: nvidia_driver builds
+# Debian's real driver with DKMS, by far the longest scenario.
+long_first=(nvidia_driver)
+ordered=()
+for s in "${long_first[@]}"; do
+  for t in "${scenarios[@]}"; do [ "$t" = "$s" ] && ordered+=("$s"); done
+done
+for t in "${scenarios[@]}"; do
+  case " ${long_first[*]} " in *" $t "*) ;; *) ordered+=("$t") ;; esac
+done
+scenarios=("${ordered[@]}")
 
 run_one() {
   local s=$1 start rc

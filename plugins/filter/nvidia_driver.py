@@ -432,6 +432,56 @@ def nvidia_secure_boot(content_b64: str) -> bool:
     return len(data) >= 5 and data[4] == 1
 
 
+# EFI_CERT_X509_GUID (a5c059a1-94e4-4aa7-87b5-ab155c2bf072) as it is stored: the first three fields little-endian.
+EFI_CERT_X509_GUID = bytes.fromhex("a159c0a5e494a74a87b5ab155c2bf072")
+# An EFI_SIGNATURE_LIST header: the type GUID, then the list's, the header's and each signature's size (uint32 LE).
+_ESL_HEADER = 28
+# Each signature in a list starts with its owner's GUID.
+_ESL_OWNER = 16
+
+
+def _der_certificate(cert: bytes) -> bytes:
+    """The DER bytes of a certificate given as DER (DKMS's /var/lib/dkms/mok.pub) or PEM."""
+    if cert.lstrip().startswith(b"-----BEGIN"):
+        body = re.search(rb"-----BEGIN [A-Z0-9 ]+-----(.*?)-----END", cert, re.S)
+        return base64.b64decode(b"".join(body.group(1).split())) if body else b""
+    return cert
+
+
+def _efi_x509_certificates(data: bytes) -> list[bytes]:
+    """The X.509 certificates of a run of EFI_SIGNATURE_LISTs (UEFI 2.x, 32.4.1); stops at the first malformed list."""
+    certificates: list[bytes] = []
+    offset = 0
+    while offset + _ESL_HEADER <= len(data):
+        kind = data[offset : offset + 16]
+        list_size, header_size, signature_size = (
+            int.from_bytes(data[offset + 16 + 4 * i : offset + 20 + 4 * i], "little") for i in range(3)
+        )
+        if list_size < _ESL_HEADER + header_size or offset + list_size > len(data) or signature_size <= _ESL_OWNER:
+            break
+        if kind == EFI_CERT_X509_GUID:
+            start = offset + _ESL_HEADER + header_size
+            for entry in range(start, offset + list_size - signature_size + 1, signature_size):
+                certificates.append(data[entry + _ESL_OWNER : entry + signature_size])
+        offset += list_size
+    return certificates
+
+
+def nvidia_mok_enrolled(moklist_b64: str, cert_b64: str) -> bool:
+    """Whether a certificate (base64 of DER or PEM, as slurp returns DKMS's /var/lib/dkms/mok.pub) is among the
+    Machine Owner Keys shim passed to the kernel: the EFI variable MokListRT-605dab50-e046-4300-abb6-3dd810dd8b23 as
+    slurp returns it (base64: 4 bytes of attributes, then EFI_SIGNATURE_LISTs). What mokutil --test-key answers,
+    without needing mokutil on the node (minimal installs and container images lack it)."""
+    if not moklist_b64 or not cert_b64:
+        return False
+    try:
+        moklist = base64.b64decode(moklist_b64, validate=True)
+        cert = _der_certificate(base64.b64decode(cert_b64, validate=True))
+    except (ValueError, TypeError):
+        return False
+    return bool(cert) and cert in _efi_x509_certificates(moklist[4:])
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The reboot decision
 # ---------------------------------------------------------------------------------------------------------------------
@@ -495,6 +545,7 @@ class FilterModule:
             "nvidia_driver_preferences": nvidia_driver_preferences,
             "nvidia_driver_gpu_support": nvidia_driver_gpu_support,
             "nvidia_secure_boot": nvidia_secure_boot,
+            "nvidia_mok_enrolled": nvidia_mok_enrolled,
             "nvidia_driver_loaded": loaded_version,
             "nvidia_driver_apt_source": nvidia_driver_apt_source,
         }

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import base64
+import struct
+import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,7 @@ from ansible_collections.kubegpu.node.plugins.filter.nvidia_driver import (
     nvidia_driver_pinned,
     nvidia_driver_preferences,
     nvidia_driver_reboot,
+    nvidia_mok_enrolled,
     nvidia_pci_gpus,
     nvidia_secure_boot,
     nvidia_smi_gpus,
@@ -54,6 +59,7 @@ def test_registered():
         "nvidia_driver_preferences",
         "nvidia_driver_gpu_support",
         "nvidia_secure_boot",
+        "nvidia_mok_enrolled",
         "nvidia_driver_loaded",
         "nvidia_driver_apt_source",
     }
@@ -392,6 +398,66 @@ def test_support_warnings_name_the_devices():
 )
 def test_secure_boot_from_the_efi_variable(content, enabled):
     assert nvidia_secure_boot(content) is enabled
+
+
+# --- MOK enrollment (MokListRT as shim hands it to the kernel) -------------------------------------------------------
+
+# Built here from the UEFI specification's GUIDs (uuid's bytes_le is the stored, mixed-endian form), independently of
+# the filter's own constant.
+X509_TYPE = uuid.UUID("a5c059a1-94e4-4aa7-87b5-ab155c2bf072").bytes_le
+SHA256_TYPE = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328").bytes_le
+OWNER = uuid.UUID("605dab50-e046-4300-abb6-3dd810dd8b23").bytes_le
+# Stand-in DER certificates (a SEQUENCE header and filler): the filter compares bytes, it does not parse X.509.
+DKMS_CERT = b"\x30\x82\x01\x0a" + bytes(range(256))[:0x10A]
+OTHER_CERT = b"\x30\x82\x01\x0a" + bytes(reversed(range(256)))[:0x10A]
+
+
+def signature_list(kind: bytes, *entries: bytes) -> bytes:
+    size = 16 + len(entries[0])
+    body = b"".join(OWNER + entry for entry in entries)
+    return kind + struct.pack("<III", 28 + len(body), 0, size) + body
+
+
+def efivar(*lists: bytes) -> str:
+    # efivarfs puts the variable's 4 bytes of attributes (NV, BS, RT: 0x7) before its value.
+    return base64.b64encode(struct.pack("<I", 7) + b"".join(lists)).decode()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def test_mok_enrolled_finds_the_dkms_certificate_after_other_lists():
+    moklist = efivar(signature_list(SHA256_TYPE, b"h" * 32, b"i" * 32), signature_list(X509_TYPE, OTHER_CERT),
+                     signature_list(X509_TYPE, DKMS_CERT))  # fmt: skip
+    assert nvidia_mok_enrolled(moklist, b64(DKMS_CERT)) is True
+
+
+def test_mok_enrolled_reads_a_pem_certificate_too():
+    pem = "-----BEGIN CERTIFICATE-----\n" + textwrap.fill(b64(DKMS_CERT), 64) + "\n-----END CERTIFICATE-----\n"
+    assert nvidia_mok_enrolled(efivar(signature_list(X509_TYPE, DKMS_CERT)), b64(pem.encode())) is True
+
+
+@pytest.mark.parametrize(
+    "moklist",
+    [
+        efivar(signature_list(X509_TYPE, OTHER_CERT)),
+        # The certificate's bytes as a hash entry's data are not an enrolled certificate.
+        efivar(signature_list(SHA256_TYPE, DKMS_CERT[:32])),
+        # A list whose size runs past the end of the variable is not read.
+        efivar(signature_list(X509_TYPE, DKMS_CERT)[:-1]),
+        efivar(),
+        "",
+        "not base64!",
+    ],
+    ids=["another key", "a hash list", "truncated", "empty list", "no variable", "garbage"],
+)
+def test_mok_not_enrolled(moklist):
+    assert nvidia_mok_enrolled(moklist, b64(DKMS_CERT)) is False
+
+
+def test_mok_enrolled_without_a_dkms_certificate_is_false():
+    assert nvidia_mok_enrolled(efivar(signature_list(X509_TYPE, DKMS_CERT)), "") is False
 
 
 def test_debian_source_has_the_driver_components_of_the_release_and_its_security_archive():
