@@ -24,10 +24,10 @@ description:
     owner and mode; a file it created is removed; a symbolic link stays a link and only its target is restored),
     restarts the service with them, and fails with the service's own last error from its journal, saying whether
     systemd's start limit was hit.
-  - Never runs C(systemctl daemon-reload) (O(daemon_reload)) where it would take GPUs away from running containers:
-    with the systemd cgroup driver a reload rewrites every container's device rules through
-    C(/dev/char/MAJOR:MINOR), and a device without that link is dropped ("Failed to initialize NVML: Unknown Error",
-    NVIDIA/nvidia-docker#1730). Before such a reload it reads on the node, in one command, the NVIDIA character
+  - Never runs C(systemctl daemon-reload) (O(daemon_reload)) where it would take GPUs away from running containers.
+    With the systemd cgroup driver a reload rewrites every container's device rules through
+    C(/dev/char/MAJOR:MINOR), and a device without that link is dropped (NVML then fails with
+    "Unknown Error" in the containers, NVIDIA/nvidia-docker#1730). Before such a reload it reads on the node, in one command, the NVIDIA character
     devices (C(/dev/nvidia*), C(/dev/nvidia-caps/*)), whether each has its C(/dev/char) link, and which processes hold
     one open (C(/proc/*/fd); NVIDIA's host daemons C(nvidia-persistenced) and C(nv-fabricmanager) do not count). When a
     link is missing and a process holds a GPU, and O(drained) is false, the files are written but the reload and
