@@ -26,13 +26,13 @@ description:
     systemd's start limit was hit.
   - Never runs C(systemctl daemon-reload) (O(daemon_reload)) where it would take GPUs away from running containers.
     With the systemd cgroup driver a reload rewrites every container's device rules through
-    C(/dev/char/MAJOR:MINOR), and a device without that link is dropped (NVML then fails with
-    "Unknown Error" in the containers, NVIDIA/nvidia-docker#1730). Before such a reload it reads on the node, in one command, the NVIDIA character
-    devices (C(/dev/nvidia*), C(/dev/nvidia-caps/*)), whether each has its C(/dev/char) link, and which processes hold
-    one open (C(/proc/*/fd); NVIDIA's host daemons C(nvidia-persistenced) and C(nv-fabricmanager) do not count). When a
-    link is missing and a process holds a GPU, and O(drained) is false, the files are written but the reload and
-    the restart are held back exactly as with O(restart=false) (RV(restart_pending), a warning naming the processes,
-    RV(gpu_guard)); a later run restarts the service once the links are in place
+    C(/dev/char/MAJOR:MINOR), and a device without that link is dropped (NVML then fails with "Unknown Error" in
+    the containers, NVIDIA/nvidia-docker#1730). Before such a reload it reads on the node, in one command, the NVIDIA
+    character devices (C(/dev/nvidia*), C(/dev/nvidia-caps/*)), whether each has its C(/dev/char) link, and which
+    processes hold one open (C(/proc/*/fd); NVIDIA's host daemons C(nvidia-persistenced) and C(nv-fabricmanager) do
+    not count). When a link is missing and a process holds a GPU, and O(drained) is false, the files are written but
+    the reload and the restart are held back exactly as with O(restart=false) (RV(restart_pending), a warning naming
+    the processes, RV(gpu_guard)); a later run restarts the service once the links are in place
     (C(kubegpu.node.nvidia_container_toolkit) creates them) or with O(drained=true).
   - An undo record (what a role changed, so that C(state=absent) can restore it) is best passed as one more file, so
     that it is written and restored together with the configuration it describes.
