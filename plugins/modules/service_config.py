@@ -122,7 +122,8 @@ options:
     description:
       - The node runs no GPU workload that a reload could hurt (it is drained, or not a node of a cluster yet), so
         O(daemon_reload) runs even where NVIDIA devices have no C(/dev/char) link, without reading the node.
-      - C(kubegpu.node.site) passes it inside its drain window. Leave it false everywhere else.
+      - Set it only inside a drain window, for example with C(module_defaults) for C(kubegpu.node.service_config)
+        around the steps a drain window runs. Leave it false everywhere else.
     type: bool
     default: false
   verify:

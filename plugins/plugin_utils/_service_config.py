@@ -377,6 +377,5 @@ def daemon_reload_warning(service: str, decision: ReloadDecision, limit: int = 5
         f"(NVIDIA/nvidia-docker#1730). Processes holding GPUs: {', '.join(shown)}; devices without a link: "
         f"{unlinked}. The new files are written but not active. Create the links with the role "
         f"kubegpu.node.nvidia_container_toolkit (nvidia_container_toolkit_dev_char_symlinks, or `nvidia-ctk system "
-        f"create-dev-char-symlinks --create-all`) and run again, or run inside a drain window (drained: true, as "
-        f"kubegpu.node.site's drain window does)."
+        f"create-dev-char-symlinks --create-all`) and run again, or run it inside a drain window with drained: true."
     )
