@@ -36,6 +36,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     },
     "restart": {"type": "bool", "default": True},
     "daemon_reload": {"type": "bool", "default": False},
+    "drained": {"type": "bool", "default": False},
     "verify": {
         "type": "dict",
         "options": {
@@ -224,6 +225,20 @@ class ActionModule(NodeAction):
             return False, str(exc)
         return self._answers(args.get("verify"), service, expect)
 
+    def _reload_guard(self, drained: bool) -> sc.ReloadDecision:
+        """Whether `systemctl daemon-reload` may run now (NVIDIA/nvidia-docker#1730); the node is read only when it
+        is not drained."""
+        if drained:
+            return sc.daemon_reload_decision(None, drained=True)
+        probe = self.command(["sh", "-c", sc.GPU_PROBE_SCRIPT])
+        if probe["rc"] != 0:
+            raise NodeError(
+                "could not find out whether a systemctl daemon-reload would take GPUs away from running containers "
+                f"(reading /dev/nvidia* and /proc/*/fd failed: {(probe['stderr'] or probe['stdout']).strip()}); "
+                "nothing was changed"
+            )
+        return sc.daemon_reload_decision(sc.parse_gpu_probe(probe["stdout"]), drained=False)
+
     def _why(self, service: str, since: str, pattern: str) -> tuple[str | None, str | None]:
         """systemd's result for the unit, and the daemon's own last error since the restart."""
         shown = self.command(["systemctl", "show", service, "--property=Result", "--value"])
@@ -278,6 +293,10 @@ class ActionModule(NodeAction):
         marker = self._pending(service, pending_file) if service else None
         restart_needed = bool(service and (changed or marker))
         restart = restart_needed and args["restart"]
+        # Read before any change, also in check mode: a reload that would take GPUs away holds the restart back.
+        guard = self._reload_guard(args["drained"]) if restart and args["daemon_reload"] else None
+        if guard is not None and not guard.allowed:
+            restart = False
         out: dict[str, Any] = {
             "changed": bool(changed),
             "files": [
@@ -287,7 +306,11 @@ class ActionModule(NodeAction):
             "restarted": False,
             "restart_pending": restart_needed and not restart,
         }
-        if out["restart_pending"]:
+        if guard is not None:
+            out["gpu_guard"] = guard.as_result()
+        if out["restart_pending"] and guard is not None and not guard.allowed:
+            out["warnings"] = [sc.daemon_reload_warning(service, guard)]
+        elif out["restart_pending"]:
             reason = f" ({args['no_restart_reason']})" if args.get("no_restart_reason") else ""
             out["warnings"] = [
                 f"{service} was not restarted{reason}: it still runs with its previous configuration. "

@@ -24,6 +24,16 @@ description:
     owner and mode; a file it created is removed; a symbolic link stays a link and only its target is restored),
     restarts the service with them, and fails with the service's own last error from its journal, saying whether
     systemd's start limit was hit.
+  - Never runs C(systemctl daemon-reload) (O(daemon_reload)) where it would take GPUs away from running containers.
+    With the systemd cgroup driver a reload rewrites every container's device rules through
+    C(/dev/char/MAJOR:MINOR), and a device without that link is dropped (NVML then fails with "Unknown Error" in
+    the containers, NVIDIA/nvidia-docker#1730). Before such a reload it reads on the node, in one command, the NVIDIA
+    character devices (C(/dev/nvidia*), C(/dev/nvidia-caps/*)), whether each has its C(/dev/char) link, and which
+    processes hold one open (C(/proc/*/fd); NVIDIA's host daemons C(nvidia-persistenced) and C(nv-fabricmanager) do
+    not count). When a link is missing and a process holds a GPU, and O(drained) is false, the files are written but
+    the reload and the restart are held back exactly as with O(restart=false) (RV(restart_pending), a warning naming
+    the processes, RV(gpu_guard)); a later run restarts the service once the links are in place
+    (C(kubegpu.node.nvidia_container_toolkit) creates them) or with O(drained=true).
   - An undo record (what a role changed, so that C(state=absent) can restore it) is best passed as one more file, so
     that it is written and restored together with the configuration it describes.
   - Runs on the controller; on the node it needs only what ansible-core's builtin modules need (Python 3.8 or later).
@@ -103,7 +113,17 @@ options:
     description: Why O(restart) is false, for the warning (for example what a restart would stop).
     type: str
   daemon_reload:
-    description: Run C(systemctl daemon-reload) before the restart (for unit files and their drop-ins).
+    description:
+      - Run C(systemctl daemon-reload) before the restart (for unit files and their drop-ins).
+      - Held back, with the restart, while it would take GPUs away from running containers (see O(drained)).
+    type: bool
+    default: false
+  drained:
+    description:
+      - The node runs no GPU workload that a reload could hurt (it is drained, or not a node of a cluster yet), so
+        O(daemon_reload) runs even where NVIDIA devices have no C(/dev/char) link, without reading the node.
+      - Set it only inside a drain window, for example with C(module_defaults) for C(kubegpu.node.service_config)
+        around the steps a drain window runs. Leave it false everywhere else.
     type: bool
     default: false
   verify:
@@ -177,6 +197,15 @@ EXAMPLES = r"""
     verify:
       url: http://127.0.0.1:10248/healthz
 
+- name: A unit drop-in, inside a drain window (daemon-reload even where NVIDIA devices have no /dev/char link)
+  kubegpu.node.service_config:
+    service: containerd
+    files:
+      - path: /etc/systemd/system/containerd.service.d/50-limits.conf
+        content: "[Service]\nLimitNOFILE=1048576\n"
+    daemon_reload: true
+    drained: true
+
 - name: Write a file that no daemon re-reads, with a backup and a rollback if the write fails
   kubegpu.node.service_config:
     files:
@@ -214,7 +243,27 @@ restarted:
 restart_pending:
   description:
     - O(service) still runs with its previous files, because O(restart) was false in this run or in an earlier one
-      that wrote them.
+      that wrote them, or because its O(daemon_reload) would have taken GPUs away from running containers
+      (RV(gpu_guard)).
   returned: always
   type: bool
+gpu_guard:
+  description: What the node was found to have before a O(daemon_reload), and whether the reload was held back.
+  returned: when O(daemon_reload) and the service would be restarted
+  type: dict
+  contains:
+    held_back:
+      description: The reload and the restart were held back (RV(restart_pending) is true).
+      type: bool
+    drained:
+      description: O(drained) was true, so the node was not read.
+      type: bool
+    unlinked:
+      description: The NVIDIA character devices without their C(/dev/char/MAJOR:MINOR) link.
+      type: list
+      elements: str
+    processes:
+      description: The processes that hold NVIDIA devices open, each with C(pid), C(command) and C(devices).
+      type: list
+      elements: dict
 """

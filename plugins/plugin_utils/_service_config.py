@@ -246,3 +246,136 @@ def parse_marker(text: str | None) -> dict[str, Any] | None:
 def uptime_us(proc_uptime: str) -> int:
     """Microseconds since boot from /proc/uptime ("12345.67 8910.11")."""
     return int(float(proc_uptime.split()[0]) * 1_000_000)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# systemctl daemon-reload and running GPU containers (NVIDIA/nvidia-docker#1730)
+# ---------------------------------------------------------------------------------------------------------------------
+
+# With the systemd cgroup driver, a container's device rules are a systemd unit's DeviceAllow= entries. On
+# `systemctl daemon-reload` systemd writes them again, resolving each device through /dev/char/MAJOR:MINOR; a device
+# without that link is left out, and the containers lose it ("Failed to initialize NVML: Unknown Error").
+# One round trip reads, with GNU stat and find: every NVIDIA character device with its number and whether
+# /dev/char/MAJOR:MINOR leads to that same device, then every open file descriptor of a /dev/nvidia* device, with the
+# process's executable and name. Lines, tab-separated:
+#   device <path> <major>:<minor> <1 when linked, else 0>
+#   open <pid> <device path> <executable> <process name>
+GPU_PROBE_SCRIPT = r"""
+export LC_ALL=C
+for dev in /dev/nvidia* /dev/nvidia-caps/*; do
+  [ -c "$dev" ] || continue
+  set -- $(stat -c '%t %T' "$dev")
+  number="$((0x$1)):$((0x$2))"
+  linked=0
+  if [ -c "/dev/char/$number" ] && [ "$(stat -L -c '%t %T' "/dev/char/$number" 2>/dev/null)" = "$1 $2" ]; then
+    linked=1
+  fi
+  printf 'device\t%s\t%s\t%s\n' "$dev" "$number" "$linked"
+done
+find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -lname '/dev/nvidia*' -printf '%h\t%l\n' 2>/dev/null |
+  while IFS='	' read -r fds target; do
+    pid=${fds#/proc/}
+    pid=${pid%/fd}
+    printf 'open\t%s\t%s\t%s\t%s\n' "$pid" "$target" "$(readlink "/proc/$pid/exe" 2>/dev/null)" \
+      "$(cat "/proc/$pid/comm" 2>/dev/null)"
+  done
+exit 0
+"""
+
+# NVIDIA's own host daemons hold the devices open from a plain system service, which has no device rules for a
+# reload to rewrite: they are not GPU workloads.
+HOST_GPU_DAEMONS = frozenset({"nvidia-persistenced", "nv-fabricmanager"})
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    path: str  # /dev/nvidia0
+    number: str  # 195:0
+    linked: bool  # /dev/char/195:0 leads to this device
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    command: str  # the process's name (/proc/PID/comm), else its executable
+    devices: tuple[str, ...]  # the NVIDIA devices it holds open
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    devices: tuple[GpuDevice, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def unlinked(self) -> list[str]:
+        return [device.path for device in self.devices if not device.linked]
+
+
+@dataclass(frozen=True)
+class ReloadDecision:
+    """Whether `systemctl daemon-reload` may run now; when not, what it would hurt."""
+
+    allowed: bool
+    unlinked: tuple[str, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    drained: bool = False  # the caller said the node is drained (then the node was not read)
+
+    def as_result(self) -> dict[str, Any]:
+        return {
+            "held_back": not self.allowed,
+            "drained": self.drained,
+            "unlinked": list(self.unlinked),
+            "processes": [{"pid": p.pid, "command": p.command, "devices": list(p.devices)} for p in self.processes],
+        }
+
+
+def parse_gpu_probe(text: str) -> GpuProbe:
+    """The NVIDIA devices and the processes holding them, from GPU_PROBE_SCRIPT's output (other lines are ignored)."""
+    devices: list[GpuDevice] = []
+    held: dict[int, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if fields[0] == "device" and len(fields) == 4:
+            devices.append(GpuDevice(path=fields[1], number=fields[2], linked=fields[3].strip() == "1"))
+        elif fields[0] == "open" and len(fields) >= 4 and fields[1].isdigit():
+            executable = fields[3].removesuffix(" (deleted)")
+            name = executable.rsplit("/", 1)[-1]
+            if name in HOST_GPU_DAEMONS:
+                continue
+            command = (fields[4].strip() if len(fields) > 4 else "") or name or "?"
+            pid = int(fields[1])
+            paths = held.setdefault(pid, (command, []))[1]
+            if fields[2] not in paths:
+                paths.append(fields[2])
+    processes = tuple(
+        GpuProcess(pid=pid, command=command, devices=tuple(paths)) for pid, (command, paths) in held.items()
+    )
+    return GpuProbe(devices=tuple(devices), processes=tuple(sorted(processes, key=lambda p: p.pid)))
+
+
+def daemon_reload_decision(probe: GpuProbe | None, drained: bool) -> ReloadDecision:
+    """A reload is held back only when all three hold: an NVIDIA device lacks its /dev/char link, a process holds an
+    NVIDIA device open, and the caller has not said that the node is drained. `probe` may be None when drained (the
+    node is not read then)."""
+    if drained or probe is None:
+        return ReloadDecision(allowed=True, drained=drained)
+    unlinked = tuple(probe.unlinked)
+    if unlinked and probe.processes:
+        return ReloadDecision(allowed=False, unlinked=unlinked, processes=probe.processes)
+    return ReloadDecision(allowed=True, unlinked=unlinked, processes=probe.processes)
+
+
+def daemon_reload_warning(service: str, decision: ReloadDecision, limit: int = 5) -> str:
+    """What the user reads when the reload (and so the restart) of `service` is held back."""
+    shown = [f"{p.command} (pid {p.pid})" for p in decision.processes[:limit]]
+    if len(decision.processes) > limit:
+        shown.append(f"{len(decision.processes) - limit} more")
+    unlinked = ", ".join(decision.unlinked[:limit]) + (" and more" if len(decision.unlinked) > limit else "")
+    return (
+        f"{service} was not restarted: it needs `systemctl daemon-reload`, and with the systemd cgroup driver a "
+        f"reload takes the GPUs away from running containers while NVIDIA devices have no /dev/char link "
+        f"(NVIDIA/nvidia-docker#1730). Processes holding GPUs: {', '.join(shown)}; devices without a link: "
+        f"{unlinked}. The new files are written but not active. Create the links with the role "
+        f"kubegpu.node.nvidia_container_toolkit (nvidia_container_toolkit_dev_char_symlinks, or `nvidia-ctk system "
+        f"create-dev-char-symlinks --create-all`) and run again, or run it inside a drain window with drained: true."
+    )

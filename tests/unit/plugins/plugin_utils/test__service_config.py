@@ -165,3 +165,112 @@ def test_markers_that_cannot_be_read_count_as_none():
 
 def test_uptime_in_microseconds():
     assert sc.uptime_us("12.5 40.0\n") == 12_500_000
+
+
+# --- systemctl daemon-reload and running GPU containers (NVIDIA/nvidia-docker#1730) ---------------------------------
+
+# What GPU_PROBE_SCRIPT prints on a node with two GPUs, nvidia-uvm and one MIG capability device: a CUDA process in a
+# container holds nvidia0, nvidiactl and nvidia-uvm; nvidia-persistenced holds every GPU.
+PROBE_OUTPUT = (
+    "device\t/dev/nvidia0\t195:0\t1\n"
+    "device\t/dev/nvidia1\t195:1\t1\n"
+    "device\t/dev/nvidia-uvm\t508:0\t0\n"
+    "device\t/dev/nvidiactl\t195:255\t1\n"
+    "device\t/dev/nvidia-caps/nvidia-cap1\t511:1\t0\n"
+    "open\t4242\t/dev/nvidiactl\t/usr/bin/python3.11\tpython3\n"
+    "open\t4242\t/dev/nvidia0\t/usr/bin/python3.11\tpython3\n"
+    "open\t4242\t/dev/nvidia-uvm\t/usr/bin/python3.11\tpython3\n"
+    "open\t4242\t/dev/nvidia0\t/usr/bin/python3.11\tpython3\n"
+    "open\t812\t/dev/nvidia0\t/usr/bin/nvidia-persistenced\tnvidia-persiste\n"
+    "open\t812\t/dev/nvidia1\t/usr/bin/nvidia-persistenced\tnvidia-persiste\n"
+)
+
+
+def test_gpu_probe_lists_devices_links_and_holders():
+    probe = sc.parse_gpu_probe(PROBE_OUTPUT)
+    assert [d.path for d in probe.devices] == [
+        "/dev/nvidia0",
+        "/dev/nvidia1",
+        "/dev/nvidia-uvm",
+        "/dev/nvidiactl",
+        "/dev/nvidia-caps/nvidia-cap1",
+    ]
+    assert probe.unlinked == ["/dev/nvidia-uvm", "/dev/nvidia-caps/nvidia-cap1"]
+    # One entry per process, each device once; NVIDIA's persistence daemon is no workload.
+    assert probe.processes == (
+        sc.GpuProcess(pid=4242, command="python3", devices=("/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm")),
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "open\t900\t/dev/nvidia0\t/usr/bin/nvidia-persistenced (deleted)\tnvidia-persiste",  # upgraded under it
+        "open\t901\t/dev/nvidia0\t/usr/bin/nv-fabricmanager\tnv-fabricmanage",
+        "open\tx\t/dev/nvidia0\t/usr/bin/sleep\tsleep",  # not a process number
+        "open\t902",  # cut short
+        "something else",
+    ],
+)
+def test_gpu_probe_ignores_host_daemons_and_lines_it_cannot_read(line):
+    assert sc.parse_gpu_probe(line + "\n").processes == ()
+
+
+def test_gpu_probe_names_a_process_by_its_executable_when_it_has_no_name():
+    probe = sc.parse_gpu_probe("open\t7\t/dev/nvidia0\t/opt/app/bin/train\t\n")
+    assert probe.processes[0].command == "train"
+
+
+def test_reload_is_held_back_when_links_are_missing_and_a_process_holds_a_gpu():
+    decision = sc.daemon_reload_decision(sc.parse_gpu_probe(PROBE_OUTPUT), drained=False)
+    assert not decision.allowed
+    assert decision.unlinked == ("/dev/nvidia-uvm", "/dev/nvidia-caps/nvidia-cap1")
+    assert [p.pid for p in decision.processes] == [4242]
+    assert decision.as_result() == {
+        "held_back": True,
+        "drained": False,
+        "unlinked": ["/dev/nvidia-uvm", "/dev/nvidia-caps/nvidia-cap1"],
+        "processes": [
+            {"pid": 4242, "command": "python3", "devices": ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"]}
+        ],
+    }
+
+
+def test_reload_is_allowed_inside_a_drain_window_without_reading_the_node():
+    assert sc.daemon_reload_decision(sc.parse_gpu_probe(PROBE_OUTPUT), drained=True).allowed
+    decision = sc.daemon_reload_decision(None, drained=True)
+    assert decision.allowed
+    assert decision.as_result() == {"held_back": False, "drained": True, "unlinked": [], "processes": []}
+
+
+def test_reload_is_allowed_when_every_device_is_linked():
+    linked = PROBE_OUTPUT.replace("508:0\t0", "508:0\t1").replace("511:1\t0", "511:1\t1")
+    decision = sc.daemon_reload_decision(sc.parse_gpu_probe(linked), drained=False)
+    assert decision.allowed
+    assert decision.unlinked == ()
+    assert [p.pid for p in decision.processes] == [4242]
+
+
+def test_reload_is_allowed_when_no_workload_holds_a_gpu():
+    # Links missing, but only NVIDIA's persistence daemon holds the devices: nothing to take a GPU away from.
+    idle = "".join(line + "\n" for line in PROBE_OUTPUT.splitlines() if "python3" not in line)
+    decision = sc.daemon_reload_decision(sc.parse_gpu_probe(idle), drained=False)
+    assert decision.allowed
+    assert decision.unlinked == ("/dev/nvidia-uvm", "/dev/nvidia-caps/nvidia-cap1")
+
+
+def test_reload_is_allowed_on_a_node_without_nvidia_devices():
+    assert sc.daemon_reload_decision(sc.parse_gpu_probe(""), drained=False).allowed
+
+
+def test_held_back_reload_warning_names_the_processes_devices_and_both_ways_out():
+    processes = tuple(sc.GpuProcess(pid=100 + n, command=f"job{n}", devices=("/dev/nvidia0",)) for n in range(7))
+    decision = sc.ReloadDecision(allowed=False, unlinked=("/dev/nvidia0", "/dev/nvidiactl"), processes=processes)
+    message = sc.daemon_reload_warning("containerd.service", decision)
+    assert message.startswith("containerd.service was not restarted")
+    assert "job0 (pid 100)" in message and "job4 (pid 104)" in message and "job5" not in message
+    assert "2 more" in message
+    assert "/dev/nvidia0, /dev/nvidiactl" in message
+    assert "kubegpu.node.nvidia_container_toolkit" in message
+    assert "drained: true" in message
+    assert "NVIDIA/nvidia-docker#1730" in message
