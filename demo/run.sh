@@ -116,6 +116,8 @@ ansible-playbook -i demo/inventory.yml kubegpu.node.site --check --diff -e "kube
 echo "== Check mode: $(( $(date +%s) - start )) s"
 grep -E 'would (cordon|apply)' "$work/check-run.log" | sed 's/^ *"msg": //' || true
 sed -n '/PLAY RECAP/,/^$/p' "$work/check-run.log"
+grep -q 'would cordon and drain node kubegpu-demo-node-1, then apply what was held back (reboot' "$work/check-run.log" \
+  || { echo "== Check mode did not say that node 1 needs a drain window and a reboot" >&2; exit 1; }
 for n in "${nodes[@]}"; do
   if podman exec "$n" test -e /usr/bin/nvidia-container-runtime \
     || [ "$(podman exec "$n" cat /sys/module/nvidia/version)" = 580.95.05 -a "$n" = "${nodes[0]}" ] \
