@@ -23,7 +23,7 @@ finish() {
   if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null || true; fi
   if [ -n "$sim_pid" ]; then kill "$sim_pid" 2>/dev/null || true; fi
   for repo in cuda-driver nvidia-container-toolkit; do
-    [ -d "$work/aptrepo/$repo/state" ] && aptrepo serve stop "$work/aptrepo/$repo/state" >/dev/null 2>&1 || true
+    if [ -d "$work/aptrepo/$repo/state" ]; then aptrepo serve stop "$work/aptrepo/$repo/state" >/dev/null 2>&1 || true; fi
   done
   [ "${KEEP:-0}" = 1 ] || clean_containers
 }
@@ -120,7 +120,7 @@ grep -q 'would cordon and drain node kubegpu-demo-node-1, then apply what was he
   || { echo "== Check mode did not say that node 1 needs a drain window and a reboot" >&2; exit 1; }
 for n in "${nodes[@]}"; do
   if podman exec "$n" test -e /usr/bin/nvidia-container-runtime \
-    || [ "$(podman exec "$n" cat /sys/module/nvidia/version)" = 580.95.05 -a "$n" = "${nodes[0]}" ] \
+    || { [ "$n" = "${nodes[0]}" ] && [ "$(podman exec "$n" cat /sys/module/nvidia/version)" = 580.95.05 ]; } \
     || [ "$(kubectl get node "$n" -o jsonpath='{.spec.unschedulable}')" = true ]; then
     echo "== Check mode changed $n" >&2; exit 1
   fi
