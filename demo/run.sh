@@ -164,10 +164,11 @@ for n in "${nodes[@]}"; do
   expect "$n's driver packages are held" "$(podman exec "$n" apt-mark showhold | grep -c '^nvidia-kernel-dkms$')" 1
   expect "$n's nvidia-container-runtime comes from the toolkit package" \
     "$(podman exec "$n" dpkg -S /usr/bin/nvidia-container-runtime | cut -d: -f1)" nvidia-container-toolkit-base
+  kubelet=$(podman exec "$n" python3 /usr/local/lib/kubelet_case.py observe)
   expect "$n's kubelet answers /healthz" \
-    "$(podman exec "$n" python3 /usr/local/lib/kubelet_case.py observe | python -c 'import json,sys; print(json.load(sys.stdin)["healthz"])')" "200 ok"
+    "$(python -c 'import json,sys; print(json.loads(sys.argv[1])["healthz"])' "$kubelet")" "200 ok"
   expect "$n's kubelet runs without DevicePlugins" \
-    "$(podman exec "$n" python3 /usr/local/lib/kubelet_case.py observe | python -c 'import json,sys; print("DevicePlugins" in json.load(sys.stdin)["state"].get("feature_gates", {}))')" False
+    "$(python -c 'import json,sys; print("DevicePlugins" in json.loads(sys.argv[1])["state"].get("feature_gates", {}))' "$kubelet")" False
   expect "$n is labelled with its GPU model" \
     "$(kubectl get node "$n" -o jsonpath='{.metadata.labels.nvidia\.com/gpu\.product}')" NVIDIA-A100-SXM4-80GB
   expect "$n is labelled with its driver" \
