@@ -31,12 +31,22 @@ trap finish EXIT
 
 echo "== Starting ${#nodes[@]} containers that stand in for GPU nodes ($image)"
 clean_containers
+# Each node's address on podman's network, as demo/inventory.yml gives it (site.yml reaches the nodes over SSH there).
+declare -A address
 for n in "${nodes[@]}"; do
-  # --restart always: `systemctl reboot` inside brings the container back, as a reboot does a host. /sys/module is a
-  # tmpfs that the demo fills, as the kernel would, with the nvidia module "loaded" (demo/prepare.yml).
-  podman run -d --name "$n" --hostname "$n" --systemd=always --restart always \
+  address[$n]=$(python -c 'import sys, yaml
+print(yaml.safe_load(open("demo/inventory.yml"))["all"]["children"]["gpu_nodes"]["hosts"][sys.argv[1]]["ansible_host"])' "$n")
+done
+for n in "${nodes[@]}"; do
+  # --restart always: `systemctl reboot` inside brings the container back, as a reboot does a host, at the same
+  # --ip. /sys/module is a tmpfs that the demo fills, as the kernel would, with the nvidia module "loaded"
+  # (demo/prepare.yml).
+  podman run -d --name "$n" --hostname "$n" --ip "${address[$n]}" --systemd=always --restart always \
     --mount type=tmpfs,destination=/sys/module,notmpcopyup "$image" /sbin/init >/dev/null
 done
+# The key site.yml logs in with (demo/prepare.yml allows it for root).
+rm -rf "$work/ssh" && mkdir -m 0700 "$work/ssh"
+ssh-keygen -q -t ed25519 -N '' -C kubegpu-demo -f "$work/ssh/id_ed25519"
 
 echo "== Serving signed stand-ins of NVIDIA's CUDA and Container Toolkit repositories (tests/aptrepo)"
 for repo in cuda-driver nvidia-container-toolkit; do
@@ -76,7 +86,12 @@ export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.capacity.nvidia\.com/gpu'
 
 echo "== Installing containerd, kernel headers and the stand-ins (kubelet, nvidia-smi, a loaded driver) in the containers"
-ansible-playbook -i demo/inventory.yml demo/prepare.yml >"$work/prepare.log" || { cat "$work/prepare.log"; exit 1; }
+ansible-playbook -i demo/inventory.yml demo/prepare.yml -e "demo_ssh_public_key='$(cat "$work/ssh/id_ed25519.pub")'" \
+  >"$work/prepare.log" || { cat "$work/prepare.log"; exit 1; }
+# The nodes' host keys, read through podman rather than trusted on first use over the network.
+for n in "${nodes[@]}"; do
+  echo "${address[$n]} $(podman exec "$n" cat /etc/ssh/ssh_host_ed25519_key.pub | cut -d' ' -f1,2)"
+done >"$work/ssh/known_hosts"
 # The Debian kernel whose headers prepare installed: DKMS builds the driver for it (the host's kernel is not Debian's).
 kernel=$(podman exec "${nodes[0]}" sh -c 'ls /lib/modules | grep -- -amd64 | sort -V | tail -n 1')
 python - "$work/chain-vars.json" "$kernel" <<'PYTHON'
