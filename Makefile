@@ -85,8 +85,11 @@ test: setup ## The full test run (what CI runs)
 	@$(ROOT)/tools/timed.sh unit $(MAKE) --no-print-directory unit
 	@$(ROOT)/tools/timed.sh molecule $(MAKE) --no-print-directory molecule
 	@$(ROOT)/tools/timed.sh awx $(MAKE) --no-print-directory awx
+	@$(ROOT)/tools/timed.sh demo $(ROOT)/demo/run.sh
 
-demo: setup ## Run playbooks/site.yml against podman containers standing in for GPU nodes
+demo: system ## Run playbooks/site.yml against podman containers standing in for GPU nodes
+	@# Only what the demo needs (its nodes run Debian 12), the venv and the image built side by side.
+	@$(MAKE) --no-print-directory -j3 venv link kubectl images IMAGES=bookworm
 	@$(ROOT)/demo/run.sh
 
 clean: ## Remove the venv, caches and demo containers (images stay cached in podman)
