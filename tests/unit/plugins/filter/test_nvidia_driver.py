@@ -375,7 +375,7 @@ CUDA_PLANNED = [
     "nvidia-kernel-dkms=580.95.05-1",
     "nvidia-persistenced=580.95.05-1",
 ]
-CUDA_NAMES = [entry.split("=")[0] for entry in CUDA_PLANNED]
+CUDA_NAMES = [entry.partition("=")[0] for entry in CUDA_PLANNED]
 # dpkg-query on a node where the role ran: every package installed at the branch's version and held (the order is
 # dpkg's, by name, not the order asked for).
 CUDA_CONVERGED = (
@@ -489,7 +489,7 @@ def test_real_dpkg_query_output(tmp_path: Path):
         "nvidia-persistenced=580.95.05-1",
         "nvidia-smi=580.95.05-1",
     ]
-    names = [entry.split("=")[0] for entry in planned]
+    names = [entry.partition("=")[0] for entry in planned]
     query = subprocess.run(
         ["dpkg-query", f"--admindir={tmp_path}", "-W", "-f=${Package}|${Version}|${Status}\n", *names],
         capture_output=True,
