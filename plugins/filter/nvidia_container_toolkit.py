@@ -168,10 +168,11 @@ def debian_version_compare(a: str, b: str) -> int:
     return _compare_part(ua, ub) or _compare_part(ra, rb)
 
 
-def _parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
+def parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
     """Lines "PACKAGE|VERSION|STATUS" (dpkg-query -W -f '${Package}|${Version}|${Status}\\n'; tabs work too).
 
-    The version is empty for a package dpkg knows but that is not installed.
+    The version is empty for a package dpkg knows but that is not installed. Shared with the nvidia_driver filters:
+    both roles read their packages with the same query.
     """
     result = {}
     for line in text.splitlines():
@@ -188,7 +189,7 @@ def toolkit_package_plan(
     """What apt and dpkg must do for ``packages`` to be installed at ``version`` and held (or removed, unheld)."""
     if state not in ("present", "absent"):
         raise AnsibleFilterError(f"toolkit_package_plan: state must be present or absent, not {state!r}")
-    current = _parse_dpkg_query(dpkg_query or "")
+    current = parse_dpkg_query(dpkg_query or "")
     installed = {
         name: info["version"] for name, info in current.items() if name in packages and info["state"] == "installed"
     }

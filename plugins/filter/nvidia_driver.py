@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # The filters of the role kubegpu.node.nvidia_driver. Documentation: one .yml per filter next to this file. Pure: the
-# role reads the node (nvidia-smi, sysfs, modinfo, apt-cache), these parse and decide.
+# role reads the node (nvidia-smi, sysfs, modinfo, apt-cache, dpkg-query), these parse and decide.
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kubegpu.node.plugins.filter.nvidia_container_toolkit import parse_dpkg_query
 
 SOURCES = ("distribution", "cuda", "mirror")
 FLAVOURS = ("proprietary", "open")
@@ -153,6 +154,33 @@ def nvidia_driver_pinned(
         candidate = nvidia_driver_candidate(versions, branch, exact) or nvidia_driver_candidate(versions, branch)
         pinned.append(f"{name}={candidate}" if candidate else name)
     return pinned
+
+
+def nvidia_driver_install_plan(dpkg_query: str, planned: list[str]) -> dict[str, list[str]]:
+    """What apt and dpkg must still do for the planned packages ('name=version', or a bare name that apt picks the
+    version of), from `dpkg-query -W -f='${Package}|${Version}|${Status}\\n' NAMES...`.
+
+    install: the planned entries apt must install: not installed (dpkg's current state is not "installed": unknown,
+    config-files, half-installed, unpacked...), or installed at another version. The rule is the apt module's own
+    (current state installed, the installed version matching the one asked for; Debian versions hold no fnmatch
+    wildcards, so matching is equality, epoch included), so skipping apt when this is empty skips nothing that apt
+    would have done. A name dpkg-query does not list (a virtual package, an architecture-qualified
+    name) is always to install: apt decides, as before.
+    to_hold: the planned names that dpkg does not hold yet.
+    """
+    if not isinstance(planned, list | tuple):
+        raise AnsibleFilterError("nvidia_driver_install_plan expects the list of packages to install ('name=version')")
+    current = parse_dpkg_query(str(dpkg_query or ""))
+    install: list[str] = []
+    to_hold: list[str] = []
+    for entry in dict.fromkeys(str(item) for item in planned):
+        name, pinned, version = entry.partition("=")
+        info = current.get(name, {})
+        if info.get("state") != "installed" or (pinned and info.get("version") != version):
+            install.append(entry)
+        if info.get("want") != "hold":
+            to_hold.append(name)
+    return {"install": install, "to_hold": to_hold}
 
 
 def nvidia_driver_apt_source(
@@ -542,6 +570,7 @@ class FilterModule:
             "nvidia_driver_reboot": nvidia_driver_reboot,
             "nvidia_driver_madison": nvidia_driver_madison,
             "nvidia_driver_pinned": nvidia_driver_pinned,
+            "nvidia_driver_install_plan": nvidia_driver_install_plan,
             "nvidia_driver_preferences": nvidia_driver_preferences,
             "nvidia_driver_gpu_support": nvidia_driver_gpu_support,
             "nvidia_secure_boot": nvidia_secure_boot,

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import base64
+import shutil
 import struct
+import subprocess
 import textwrap
 import uuid
 from pathlib import Path
@@ -21,6 +23,7 @@ from ansible_collections.kubegpu.node.plugins.filter.nvidia_driver import (
     nvidia_driver_branches,
     nvidia_driver_candidate,
     nvidia_driver_gpu_support,
+    nvidia_driver_install_plan,
     nvidia_driver_kernels,
     nvidia_driver_madison,
     nvidia_driver_packages,
@@ -56,6 +59,7 @@ def test_registered():
         "nvidia_driver_reboot",
         "nvidia_driver_madison",
         "nvidia_driver_pinned",
+        "nvidia_driver_install_plan",
         "nvidia_driver_preferences",
         "nvidia_driver_gpu_support",
         "nvidia_secure_boot",
@@ -360,6 +364,148 @@ def test_pinned_versions_follow_the_exact_version_and_leave_others_alone():
 def test_a_newer_branch_in_the_same_source_is_never_pinned():
     offered = {"cuda-drivers-580": ["580.95.05-1"], "nvidia-driver-cuda": ["590.44.01-1", "580.95.05-1"]}
     assert nvidia_driver_pinned(["nvidia-driver-cuda"], offered, "580") == ["nvidia-driver-cuda=580.95.05-1"]
+
+
+# --- what is left to install and hold (dpkg-query -W -f='${Package}|${Version}|${Status}\n' NAMES...) -------------
+
+# The packages the molecule scenario nvidia_driver_cuda plans (source cuda, branch 580), as the role passes them.
+CUDA_PLANNED = [
+    "nvidia-driver-pinning-580=580.95.05-1",
+    "nvidia-driver-cuda=580.95.05-1",
+    "nvidia-kernel-dkms=580.95.05-1",
+    "nvidia-persistenced=580.95.05-1",
+]
+CUDA_NAMES = [entry.partition("=")[0] for entry in CUDA_PLANNED]
+# dpkg-query on a node where the role ran: every package installed at the branch's version and held (the order is
+# dpkg's, by name, not the order asked for).
+CUDA_CONVERGED = (
+    "nvidia-driver-cuda|580.95.05-1|hold ok installed\n"
+    "nvidia-driver-pinning-580|580.95.05-1|hold ok installed\n"
+    "nvidia-kernel-dkms|580.95.05-1|hold ok installed\n"
+    "nvidia-persistenced|580.95.05-1|hold ok installed\n"
+)
+
+
+def test_a_node_without_the_driver_installs_and_holds_everything():
+    # dpkg-query prints nothing on stdout (rc 1, "no packages found matching" on stderr).
+    assert nvidia_driver_install_plan("", CUDA_PLANNED) == {"install": CUDA_PLANNED, "to_hold": CUDA_NAMES}
+
+
+def test_a_converged_node_needs_neither_apt_nor_dpkg():
+    assert nvidia_driver_install_plan(CUDA_CONVERGED, CUDA_PLANNED) == {"install": [], "to_hold": []}
+
+
+def test_installed_but_not_held_needs_only_the_holds():
+    released = CUDA_CONVERGED.replace("nvidia-kernel-dkms|580.95.05-1|hold", "nvidia-kernel-dkms|580.95.05-1|install")
+    assert nvidia_driver_install_plan(released, CUDA_PLANNED) == {"install": [], "to_hold": ["nvidia-kernel-dkms"]}
+
+
+def test_another_version_is_installed_again_at_the_planned_one():
+    older = CUDA_CONVERGED.replace("nvidia-driver-cuda|580.95.05-1", "nvidia-driver-cuda|580.82.07-1").replace(
+        "nvidia-persistenced|580.95.05-1", "nvidia-persistenced|590.44.01-1"
+    )
+    plan = nvidia_driver_install_plan(older, CUDA_PLANNED)
+    assert plan["install"] == ["nvidia-driver-cuda=580.95.05-1", "nvidia-persistenced=580.95.05-1"]
+    # Still held now; the role holds them again after apt changed them (apt releases the hold of what it changes).
+    assert plan["to_hold"] == []
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        "deinstall ok config-files",  # removed, its configuration files left
+        "install reinstreq half-installed",  # an installation that failed half way
+        "install ok unpacked",  # unpacked, not configured
+        "install ok half-configured",
+        "unknown ok not-installed",  # known to dpkg (from an available file) but never installed
+    ],
+)
+def test_a_package_not_fully_installed_is_installed(status: str):
+    text = f"nvidia-kernel-dkms|{'' if 'not-installed' in status else '580.95.05-1'}|{status}\n"
+    plan = nvidia_driver_install_plan(text, ["nvidia-kernel-dkms=580.95.05-1"])
+    assert plan == {"install": ["nvidia-kernel-dkms=580.95.05-1"], "to_hold": ["nvidia-kernel-dkms"]}
+
+
+def test_a_package_marked_for_removal_but_installed_is_in_place():
+    # apt's test is dpkg's current state, not the selection: "deinstall ok installed" is installed.
+    plan = nvidia_driver_install_plan("libcuda1|580.95.05-1|deinstall ok installed\n", ["libcuda1=580.95.05-1"])
+    assert plan == {"install": [], "to_hold": ["libcuda1"]}
+
+
+def test_epochs_are_part_of_the_version():
+    text = "libnvidia-compute|1:580.95.05-1|hold ok installed\n"
+    assert nvidia_driver_install_plan(text, ["libnvidia-compute=1:580.95.05-1"])["install"] == []
+    # apt's "name=580.95.05-1" is not the installed "1:580.95.05-1" (epoch 0 against 1): apt must decide.
+    assert nvidia_driver_install_plan(text, ["libnvidia-compute=580.95.05-1"])["install"] == [
+        "libnvidia-compute=580.95.05-1"
+    ]
+
+
+def test_a_bare_name_needs_only_to_be_installed():
+    text = "nvidia-cuda-mps|535.171.04-1~deb12u1|install ok installed\n"
+    assert nvidia_driver_install_plan(text, ["nvidia-cuda-mps", "nvidia-smi"]) == {
+        "install": ["nvidia-smi"],
+        "to_hold": ["nvidia-cuda-mps", "nvidia-smi"],
+    }
+
+
+def test_names_dpkg_query_does_not_list_are_left_to_apt():
+    # A virtual package or an architecture-qualified name: dpkg-query lists another name (or none); apt decides.
+    text = "libcuda1|580.95.05-1|hold ok installed\n"
+    plan = nvidia_driver_install_plan(text, ["libcuda1:i386=580.95.05-1", "libcuda-so"])
+    assert plan == {"install": ["libcuda1:i386=580.95.05-1", "libcuda-so"], "to_hold": ["libcuda1:i386", "libcuda-so"]}
+
+
+def test_planned_packages_are_a_list():
+    assert nvidia_driver_install_plan(CUDA_CONVERGED, CUDA_PLANNED + CUDA_PLANNED[:1])["install"] == []
+    with pytest.raises(AnsibleFilterError, match="list of packages"):
+        nvidia_driver_install_plan(CUDA_CONVERGED, "nvidia-kernel-dkms=580.95.05-1")
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-query"), reason="needs dpkg-query")
+def test_real_dpkg_query_output(tmp_path: Path):
+    """The role's own query, run by dpkg-query over a dpkg database with each state the plan tells apart."""
+    stanzas = [
+        ("nvidia-driver-pinning-580", "580.95.05-1", "hold ok installed"),
+        ("nvidia-driver-cuda", "580.82.07-1", "hold ok installed"),
+        ("nvidia-kernel-dkms", "1:580.95.05-1", "install reinstreq half-installed"),
+        ("libcuda1", "580.95.05-1", "deinstall ok config-files"),
+        ("nvidia-persistenced", "580.95.05-1", "install ok installed"),
+    ]
+    (tmp_path / "updates").mkdir()
+    (tmp_path / "status").write_text(
+        "\n".join(
+            f"Package: {name}\nStatus: {status}\nMaintainer: t <t@example.org>\nArchitecture: amd64\n"
+            f"Version: {version}\nDescription: t\n"
+            for name, version, status in stanzas
+        ),
+        encoding="utf-8",
+    )
+    planned = [
+        "nvidia-driver-pinning-580=580.95.05-1",
+        "nvidia-driver-cuda=580.95.05-1",
+        "nvidia-kernel-dkms=1:580.95.05-1",
+        "libcuda1=580.95.05-1",
+        "nvidia-persistenced=580.95.05-1",
+        "nvidia-smi=580.95.05-1",
+    ]
+    names = [entry.partition("=")[0] for entry in planned]
+    query = subprocess.run(
+        ["dpkg-query", f"--admindir={tmp_path}", "-W", "-f=${Package}|${Version}|${Status}\n", *names],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert query.returncode == 1  # nvidia-smi is not known: the role accepts 1
+    assert nvidia_driver_install_plan(query.stdout, planned) == {
+        "install": [
+            "nvidia-driver-cuda=580.95.05-1",
+            "nvidia-kernel-dkms=1:580.95.05-1",
+            "libcuda1=580.95.05-1",
+            "nvidia-smi=580.95.05-1",
+        ],
+        "to_hold": ["nvidia-kernel-dkms", "libcuda1", "nvidia-persistenced", "nvidia-smi"],
+    }
 
 
 def test_preferences_pin_the_branch_or_the_version():
