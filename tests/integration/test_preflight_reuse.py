@@ -49,7 +49,7 @@ def _keys(tmp_path: Path, role: str) -> dict[str, str]:
             "name": "Write the keys",
             "ansible.builtin.copy": {
                 "dest": str(tmp_path / "keys.json"),
-                "content": "{{ {" + ", ".join(f"'{n}': key_{n}" for n, _ in steps) + "} | to_json }}",
+                "content": "{{ {" + ", ".join(f"'{n}': key_{n}" for n in dict(steps)) + "} | to_json }}",
                 "mode": "0600",
             },
         }
