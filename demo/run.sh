@@ -189,10 +189,10 @@ for n in "${nodes[@]}"; do
   expect "$n is schedulable" "$(kubectl get node "$n" -o jsonpath='{.spec.unschedulable}' | sed 's/^false$//')" ""
 done
 expect "node 1 was rebooted into its new driver, node 2 not" \
-  "$(grep -A2 'TASK \[kubegpu.node.nvidia_driver : Reboot into the installed driver\]' "$work/first-run.log" \
+  "$(sed -n '/^TASK \[kubegpu.node.nvidia_driver : Reboot into the installed driver\]/,/^TASK \[/p' "$work/first-run.log" \
      | grep -o '^changed: \[kubegpu-demo-node-[0-9]\]' | tr '\n' ' ')" "changed: [kubegpu-demo-node-1] "
 expect "only node 1 was drained" "$(grep -Ec '^changed: \[kubegpu-demo-node-[0-9] -> localhost\]' \
-  <(sed -n '/TASK \[Cordon and drain node/,/^$/p' "$work/first-run.log"))" 1
+  <(sed -n '/^TASK \[Cordon and drain node/,/^TASK \[/p' "$work/first-run.log"))" 1
 expect "the validation table says ok for every node" "$(grep -Ec 'kubegpu-demo-node-[12] .*FAILED' "$work/first-run.log")" 0
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 
@@ -208,7 +208,7 @@ if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log" || grep -q 'Cord
   exit 1
 fi
 # The driver's preflight ran once per node, in site.yml's preflight play; its batches reused the result.
-expect "each node's driver preflight ran once" "$(sed -n '/TASK \[kubegpu.node.nvidia_driver : Read the free space/,/^$/p' \
+expect "each node's driver preflight ran once" "$(sed -n '/^TASK \[kubegpu.node.nvidia_driver : Read the free space/,/^TASK \[/p' \
   "$work/second-run.log" | grep -c '^ok: ')" 2
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 echo "== Second run: no changes"
