@@ -194,6 +194,11 @@ expect "node 1 was rebooted into its new driver, node 2 not" \
 expect "only node 1 was drained" "$(grep -Ec '^changed: \[kubegpu-demo-node-[0-9] -> localhost\]' \
   <(sed -n '/^TASK \[Cordon and drain node/,/^TASK \[/p' "$work/first-run.log"))" 1
 expect "the validation table says ok for every node" "$(grep -Ec 'kubegpu-demo-node-[12] .*FAILED' "$work/first-run.log")" 0
+# The toolkit's preflight ran in site.yml's preflight play and again in each batch: the driver step had installed
+# packages since (dpkg's database changed), so what it had read was not reused.
+expect "the toolkit's preflight ran again after the driver step" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
+  "$work/first-run.log" | grep -c '^ok: ')" 4
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 
 echo "== Running it again: nothing should change, nothing is drained"
@@ -207,8 +212,12 @@ if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log" || grep -q 'Cord
   echo "== The second run changed something (see $work/second-run.log)" >&2
   exit 1
 fi
-# The driver's preflight ran once per node, in site.yml's preflight play; its batches reused the result.
+# The driver's and the toolkit's preflight ran once per node, in site.yml's preflight play; with nothing changed on
+# the nodes since, the batches reused the result.
 expect "each node's driver preflight ran once" "$(sed -n '/^TASK \[kubegpu.node.nvidia_driver : Read the free space/,/^TASK \[/p' \
+  "$work/second-run.log" | grep -c '^ok: ')" 2
+expect "each node's toolkit preflight ran once" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
   "$work/second-run.log" | grep -c '^ok: ')" 2
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 echo "== Second run: no changes"
