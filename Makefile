@@ -57,6 +57,7 @@ lint: venv link ## yamllint, ansible-lint (production profile), ruff, argument s
 	ruff check .
 	ruff format --check .
 	$(BIN)/python $(ROOT)/tools/check_argument_specs.py
+	$(BIN)/python $(ROOT)/tools/check_conditions.py
 	ansible-lint --profile production --strict
 
 sanity: venv ## ansible-test sanity from a temporary ansible_collections/kubegpu/node copy
