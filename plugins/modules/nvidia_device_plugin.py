@@ -134,7 +134,7 @@ options:
         per GPU gives a warning (MPS serves at most 48 clients per GPU).
       - With time-slicing or MPS of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N,
         under C(nvidia.com/gpu.shared) when C(renameByDefault) is true.
-      - Under C(flags.migStrategy) V(single) or V(mixed), the count depends on each GPU's MIG layout: give it in
+      - Under C(flags.migStrategy) V(single) or V(mixed), the count depends on each GPU's MIG layout, given in
         O(expected_resources). Without that, the wait only requires non-zero capacity equal to allocatable (under
         V(mixed), the C(nvidia.com/mig-*) resources count too). The plugin then gets the MIG monitor capability and
         C(CAP_SYS_ADMIN), as NVIDIA's Helm chart gives it for a MIG strategy.
@@ -178,15 +178,16 @@ options:
   expected_resources:
     description:
       - Map of node name to the extended resources the node must advertise, before sharing, as a map of resource
-        name to count. For MIG, the node's MIG devices under the plugin's strategy, for example
-        V({"gpu-node-3": {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-3g.40gb": 1}}) under
-        V(mixed), or V({"gpu-node-4": {"nvidia.com/gpu": 14}}) under V(single).
+        name to count. For MIG, the node's MIG devices under the plugin's strategy. Under V(mixed), C(nvidia.com/gpu)
+        per GPU without MIG and C(nvidia.com/mig-<profile>) per MIG device, for example 2 x
+        C(nvidia.com/mig-1g.10gb) and 1 x C(nvidia.com/mig-3g.40gb); under V(single), C(nvidia.com/gpu) per MIG
+        device.
       - Each resource must then be reported exactly, times its replicas and under its shared name when the config
         shares it (time-slicing of a C(nvidia.com/mig-*) resource, C(renameByDefault)), with allocatable equal to
         capacity.
-      - The wait covers these nodes, plus those of O(expected_gpus); a node in both follows this option. The filter
-        C(kubegpu.node.gpu_mig_resources) computes a node's entry from the C(kubegpu.node.gpu_mig) role's facts.
-      - Mutually exclusive with O(nodes).
+      - The wait covers these nodes, plus those of O(expected_gpus) or O(nodes); a node named twice follows this
+        option. The filter C(kubegpu.node.gpu_mig_resources) computes a node's entry from the
+        C(kubegpu.node.gpu_mig) role's facts.
     type: dict
   nodes:
     description:

@@ -896,6 +896,12 @@ def node_devices(state: dict[str, Any], gpus: list[dict[str, Any]]) -> dict[str,
     return {"gpus": len(gpus), "full_gpus": full, "mig_enabled_gpus": enabled, "mig": dict(sorted(mig.items()))}
 
 
+def current_devices(state: dict[str, Any]) -> dict[str, Any]:
+    """What the node offers now (node_devices for a plan that leaves every GPU as it is)."""
+    untouched = [{"index": g["index"], "mig": None, "devices": None} for g in state.get("gpus") or []]
+    return node_devices(state, untouched)
+
+
 # ---- what the device plugin will advertise -------------------------------------------------------------------------
 
 

@@ -64,7 +64,6 @@ MUTUALLY_EXCLUSIVE = [
     ("image", "version"),
     ("image", "registry"),
     ("expected_gpus", "nodes"),
-    ("expected_resources", "nodes"),
     ("kubeconfig", "host"),
     ("kubeconfig", "api_key"),
     ("context", "host"),
