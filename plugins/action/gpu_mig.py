@@ -63,19 +63,31 @@ class ActionModule(NodeAction):
             raise NodeError(f"reading the MIG state failed: {outcome['stderr'] or outcome['stdout']}")
         return mig.read_state(outcome["stdout"])
 
+    def _run_one(self, argv: list[str], nvidia_smi: str) -> tuple[int, str]:
+        argv = [nvidia_smi, *argv[1:]]
+        outcome = self._execute_module(
+            module_name="ansible.legacy.command", module_args={"argv": argv}, task_vars=self._vars
+        )
+        text = " ".join(str(outcome.get(k) or "").strip() for k in ("stdout", "stderr", "msg")).strip()
+        return (1 if outcome.get("failed") and not outcome.get("rc") else int(outcome.get("rc") or 0)), text
+
     def _run_commands(self, commands: list[list[str]], nvidia_smi: str, done: list[list[str]]) -> None:
-        for argv in commands:
-            argv = [nvidia_smi, *argv[1:]]
-            outcome = self._execute_module(
-                module_name="ansible.legacy.command", module_args={"argv": argv}, task_vars=self._vars
-            )
-            done.append(argv)
-            if outcome.get("failed") or outcome.get("rc", 0) != 0:
-                text = " ".join(str(outcome.get(k) or "").strip() for k in ("stderr", "stdout", "msg")).strip()
-                raise NodeError(
-                    f"{' '.join(argv)} failed: {text}. Nothing was rolled back: the next run plans the layout again "
-                    "from what the GPU has then"
-                )
+        """Run planned commands; a GPU's instances are created trying other orders when the driver finds no room."""
+        try:
+            for argv in commands:
+                if "-cgi" in argv:
+                    index = int(argv[argv.index("-i") + 1])
+                    profiles = argv[argv.index("-cgi") + 1].split(",")
+                    done.extend(mig.create_instances(index, profiles, lambda a: self._run_one(a, nvidia_smi)))
+                    continue
+                rc, text = self._run_one(argv, nvidia_smi)
+                done.append(argv)
+                if rc != 0:
+                    raise mig.MigError(f"{' '.join(argv)} failed: {text}")
+        except mig.MigError as error:
+            raise mig.MigError(
+                f"{error}. Nothing was rolled back: the next run plans the layout again from what the GPUs have then"
+            ) from None
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         smi = args["nvidia_smi"]
@@ -166,6 +178,8 @@ def _reset_message(indexes: list[int]) -> str:
 
 
 def _describe(gpu: dict[str, Any], devices: dict[str, int] | None, enabled: bool | None) -> str:
+    if gpu.get("mig_current") is None:
+        return f"GPU {gpu['index']}: no MIG"
     if not enabled:
         return f"GPU {gpu['index']}: MIG disabled"
     shown = ", ".join(f"{count} x {name}" for name, count in sorted((devices or {}).items())) or "no instance"

@@ -831,7 +831,12 @@ def _plan_gpu(item: GpuPlan, gpu: dict[str, Any], spec: dict[str, Any], busy: di
     current, pending = gpu.get("mig_current"), gpu.get("mig_pending")
     counts, clean = _current_devices(gpu)
     has_instances = bool(gpu.get("instances"))
-    destroy = [_smi("mig", "-i", index, "-dci"), _smi("mig", "-i", index, "-dgi")] if has_instances else []
+    # Compute instances first (a GPU instance with one cannot be destroyed); -dci finds nothing, and fails, where a
+    # cancelled run left GPU instances without compute instances.
+    has_computes = any(gi.get("cis") for gi in gpu.get("instances") or [])
+    destroy = ([_smi("mig", "-i", index, "-dci")] if has_computes else []) + (
+        [_smi("mig", "-i", index, "-dgi")] if has_instances else []
+    )
     if spec["enabled"] != current:
         if pending == spec["enabled"] and pending is not None:
             item.action = "reset_required"
@@ -871,6 +876,59 @@ def _plan_gpu(item: GpuPlan, gpu: dict[str, Any], spec: dict[str, Any], busy: di
         return
     if gpu.get("uuid") in busy:
         item.busy = list(busy[gpu["uuid"]])
+
+
+MAX_CREATION_ORDERS = 24
+
+
+def creation_orders(profiles: list[str], limit: int = MAX_CREATION_ORDERS) -> list[list[str]]:
+    """Orders to create a GPU's instances in: the planned one (larger first) and then, should the driver place them
+    so that a later one finds no room, other distinct orders, as nvidia-mig-parted tries them
+    (pkg/mig/config/config.go, iteratePermutationsUntilSuccess)."""
+    orders: list[list[str]] = [list(profiles)]
+
+    def permute(left: list[str], prefix: list[str]) -> None:
+        if len(orders) >= limit:
+            return
+        if not left:
+            if prefix not in orders:
+                orders.append(prefix)
+            return
+        for position, name in enumerate(left):
+            if name not in left[:position]:
+                permute(left[:position] + left[position + 1 :], [*prefix, name])
+
+    permute(list(profiles), [])
+    return orders
+
+
+def create_command(index: int, profiles: list[str]) -> list[str]:
+    return _smi("mig", "-i", index, "-cgi", ",".join(profiles), "-C")
+
+
+def create_instances(index: int, profiles: list[str], run) -> list[list[str]]:
+    """Create a GPU's instances, trying other orders when the driver finds no room ("Insufficient Resources").
+
+    ``run(argv)`` runs one command on the node and returns (rc, output). Between two tries, what the failed one
+    created is destroyed. Returns the commands run; raises MigError when no order works.
+    """
+    done: list[list[str]] = []
+    last = ""
+    for order in creation_orders(profiles):
+        argv = create_command(index, order)
+        rc, output = run(argv)
+        done.append(argv)
+        if rc == 0:
+            return done
+        last = f"{' '.join(argv)} failed: {output.strip()}"
+        if "Insufficient Resources" not in output:
+            break
+        for clear in (_smi("mig", "-i", index, "-dci"), _smi("mig", "-i", index, "-dgi")):
+            rc, output = run(clear)
+            done.append(clear)
+            if rc != 0 and "Not Found" not in output and "No " not in output:
+                raise MigError(f"{' '.join(clear)} failed: {output.strip()}")
+    raise MigError(f"{last} (tried {sum(1 for argv in done if '-cgi' in argv)} orders)")
 
 
 def node_devices(state: dict[str, Any], gpus: list[dict[str, Any]]) -> dict[str, Any]:

@@ -338,6 +338,15 @@ def test_a_new_layout_destroys_then_creates_largest_first():
     assert result["devices"]["mig"] == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
 
 
+def test_gpu_instances_a_cancelled_run_left_without_compute_instances_are_destroyed_alone():
+    # -cgi ran, the run was cancelled before -cci: `nvidia-smi mig -dci` would find nothing and fail.
+    result = mig.plan(a100_state(lgi=LGI_TWO_3G), LAYOUTS, "halves")
+    assert result["gpus"][0]["commands"] == [
+        ["nvidia-smi", "mig", "-i", "0", "-dgi"],
+        ["nvidia-smi", "mig", "-i", "0", "-cgi", "3g.20gb,3g.20gb", "-C"],
+    ]
+
+
 def test_subdivided_compute_instances_are_not_the_layout():
     lgi = (
         "|   0  MIG 3g.20gb       9        1          4:4     |\n|   0  MIG 3g.20gb       9        2          0:4     |"
@@ -444,3 +453,24 @@ def test_expected_resources_per_strategy():
     }
     with pytest.raises(mig.MigError, match="one MIG profile per node"):
         mig.expected_resources({"full_gpus": 0, "mig_enabled_gpus": 1, "mig": {"1g.5gb": 1, "2g.10gb": 1}}, "single")
+
+
+def test_creation_orders_start_with_the_plan_and_are_distinct():
+    orders = mig.creation_orders(["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"])
+    assert orders[0] == ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]
+    assert len(orders) == 12  # 4! / 2!
+    assert len({tuple(o) for o in orders}) == len(orders)
+    assert len(mig.creation_orders(["1g.5gb"] * 7)) == 1
+    assert len(mig.creation_orders([f"p{i}" for i in range(7)])) == mig.MAX_CREATION_ORDERS
+
+
+def test_creation_stops_at_an_error_that_is_not_about_room():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 4, "Insufficient Permissions"
+
+    with pytest.raises(mig.MigError, match="Insufficient Permissions"):
+        mig.create_instances(0, ["3g.20gb", "1g.5gb"], run)
+    assert len(calls) == 1
