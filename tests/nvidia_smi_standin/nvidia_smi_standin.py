@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: contributors to the kubegpu.node collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A STAND-IN for NVIDIA's nvidia-smi and a MIG-capable GPU, for tests only (no GPU can be had on the test machines).

@@ -111,7 +111,7 @@ def test_device_ids_in_every_notation():
 def test_the_guides_geometries_fit_and_larger_instances_come_first():
     a100 = model(A100_40)
     # 3-2-1-1 (the guide creates the 3g first) and 2-1-1-1-1-1.
-    assert [p for p, _ in mig.fit(a100, {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1})] == [
+    assert [p for p, _start in mig.fit(a100, {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1})] == [
         "3g.20gb",
         "2g.10gb",
         "1g.5gb",
