@@ -208,3 +208,19 @@ def test_a_layout_the_gpu_cannot_take_is_refused_in_the_preflight(tmp_path):
         assert "holds at most 2 instances of 3g.20gb, not 3" in output
         assert not cluster.get_object("Node", "gpu-1")["spec"].get("unschedulable")
     assert json.loads(node.state.read_text())["gpus"][0]["mig"] == {"current": False, "pending": False}
+
+
+def test_a_mig_strategy_that_cannot_serve_a_layout_is_refused_in_the_preflight(tmp_path):
+    node = Node(tmp_path, "gpu-1")
+    with SimCluster(nodes=[SimNode("gpu-1", gpus=1)], capacity_delay=0.2) as cluster:
+        kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        completed = run_site(
+            tmp_path,
+            {"gpu-1": node.host_vars(gpu_mig_layout="all-balanced")},
+            kubeconfig,
+            kubegpu_mig_strategy="single",
+        )
+        output = completed.stdout + completed.stderr
+        assert completed.returncode != 0, output
+        assert "gpu-1: the single MIG strategy needs one MIG profile per node" in output
+    assert node.instances() == []
