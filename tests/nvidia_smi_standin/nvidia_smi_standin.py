@@ -251,8 +251,9 @@ def reset(state, index):
 
 def reboot(state):
     for gpu in state["gpus"]:
-        gpu["mig"]["current"] = gpu["mig"]["pending"]
-        gpu["gis"] = []
+        if profiles(gpu) is not None:
+            gpu["mig"]["current"] = gpu["mig"]["pending"]
+            gpu["gis"] = []
         gpu["processes"] = []
     save(state)
     return ""

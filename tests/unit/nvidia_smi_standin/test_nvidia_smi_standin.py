@@ -200,10 +200,13 @@ def test_without_a_driver_it_fails_as_nvidia_smi_does(smi):
     assert done.stdout.startswith("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
 
 
-def test_a_gpu_without_mig_refuses_mig_mode(smi):
+def test_a_gpu_without_mig_refuses_mig_mode_and_a_reboot_leaves_it_alone(smi):
     done = smi("-i", "1", "-mig", "1", check=False)
     assert done.returncode == 3
     assert done.stdout.strip() == "Unable to enable MIG Mode for GPU 00000000:0F:00.0: Not Supported"
+    smi("mig", "-cgi", "19", "-C")
+    smi("--standin-reboot")
+    assert [gpu.get("gis") for gpu in smi.state()["gpus"]] == [[], None]
 
 
 def read_through_standin(smi):
