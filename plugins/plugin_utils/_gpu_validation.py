@@ -69,17 +69,17 @@ def validation_mode(value: Any) -> tuple[str, str | None]:
     text = ("true" if value else "false") if isinstance(value, bool) else str(value).strip().lower()
     if text in MODES:
         return text, None
-    if text in _TRUE or text in _FALSE:
-        mode = "all" if text in _TRUE else "none"
-        return mode, (
-            f"kubegpu_validate: {value!r} is deprecated: it means {mode} (every node on every run)"
-            if mode == "all"
-            else f"kubegpu_validate: {value!r} is deprecated: it means none"
-        ) + "; set all, changed (the default: the nodes this run changed and those not validated with their current "
-        "driver and toolkit) or none"
-    raise ValidationError(
-        f"kubegpu_validate must be all, changed or none (true and false still work, deprecated); it is {value!r}"
+    if text not in _TRUE and text not in _FALSE:
+        raise ValidationError(
+            f"kubegpu_validate must be all, changed or none (true and false still work, deprecated); it is {value!r}"
+        )
+    mode = "all" if text in _TRUE else "none"
+    meaning = "all (every node on every run)" if mode == "all" else "none"
+    note = (
+        f"kubegpu_validate: {value!r} is deprecated: it means {meaning}; set all, changed (the default: the nodes "
+        "this run changed and those not validated with their current driver and toolkit) or none"
     )
+    return mode, note
 
 
 def run_id(awx_job_id: Any = None, token: str | None = None) -> str:

@@ -126,8 +126,8 @@ def check_host_ports(spec: dict[str, Any]) -> Finding | None:
 def check_capabilities_baseline(spec: dict[str, Any]) -> Finding | None:
     bad, added = [], []
     for container in _containers(spec):
-        extra = [c for c in (_context(container).get("capabilities") or {}).get("add") or []]
-        extra = [c for c in extra if c not in _BASELINE_CAPABILITIES]
+        added = (_context(container).get("capabilities") or {}).get("add") or []
+        extra = [c for c in added if c not in _BASELINE_CAPABILITIES]
         if extra:
             bad.append(container.get("name", ""))
             added += extra
