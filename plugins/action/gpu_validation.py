@@ -140,6 +140,11 @@ class ActionModule(ActionBase):
 
     def _targets(self, args: dict[str, Any]) -> dict[str, Any]:
         collected = gv.collect_targets(args["hosts"], self._host_vars(args["hosts"]))
+        if collected["validating"]:
+            try:
+                gv.namespace_object(args["namespace"])
+            except gv.ValidationError as exc:
+                collected["problems"].append(f"{exc}.")
         for note in collected["deprecation_notes"]:
             display.deprecated(note, version="1.0.0", collection_name="kubegpu.node")
         return collected

@@ -18,7 +18,7 @@ description:
   - C(targets) reads each host's C(kubegpu_node_name), C(kubegpu_gpu_count), C(kubegpu_gpu_count_detected) and
     C(kubegpu_validate) (C(all), C(changed) or C(none); C(true) and C(false), also as strings, mean C(all) and
     C(none), with a deprecation warning) and returns the Kubernetes node names, the GPU counts known, each host's
-    validation mode and the values it cannot use.
+    validation mode and the values it cannot use (also a O(namespace) that is not the validation's own).
   - C(select) decides which nodes this run validates from each host's mode and variables (what the drain window
     applied, C(kubelet_feature_gates_result), the driver version in
     C(ansible_local.nvidia), the toolkit version the playbook read) and the validation record on each Node (the

@@ -391,9 +391,19 @@ def _labels(run: str, check: str | None = None) -> dict[str, str]:
     return labels
 
 
+# Namespaces that belong to the cluster or its users: the validation labels its namespace to enforce Pod Security
+# restricted, which must never happen to one of these.
+_FOREIGN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
 def namespace_object(name: str) -> dict[str, Any]:
     """The validation namespace: shared by every run (each deletes only its own pods), so it is kept, and its pods
     must pass Pod Security's restricted profile."""
+    if name in _FOREIGN_NAMESPACES:
+        raise ValidationError(
+            f"kubegpu_validation_namespace is {name}: the validation needs a namespace of its own (it enforces Pod "
+            "Security restricted there); the default is kubegpu-validation"
+        )
     return {
         "apiVersion": "v1",
         "kind": "Namespace",

@@ -317,9 +317,19 @@ def test_a_changed_run_validates_only_the_node_whose_driver_changed(tmp_path):
         # Validating again with the same versions rewrites no record.
         assert "changed=0" in forced.stdout, forced.stdout
 
-        refused = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, extra_args=("-e", "kubegpu_validate=sometimes"))
+        refused = _run_site(
+            tmp_path,
+            _gpu_hosts(standins),
+            kubeconfig,
+            extra_args=("-e", "kubegpu_validate=sometimes", "-e", "kubegpu_validation_namespace=default"),
+        )
         assert refused.returncode != 0
-        assert "kubegpu_validate must be all, changed or none" in refused.stdout, refused.stdout
+        output = " ".join(refused.stdout.split())
+        assert "kubegpu_validate must be all, changed or none" in output, refused.stdout
+        assert "kubegpu_validation_namespace is default: the validation needs a namespace of its own" in output
+        assert "pod-security.kubernetes.io/enforce" not in (
+            cluster.get_object("Namespace", "default")["metadata"].get("labels") or {}
+        )
 
 
 def _workload(name: str, node: str, gpus: int, priority_class: str | None = None) -> dict:

@@ -293,6 +293,8 @@ def test_validation_pods_are_the_lowest_priority_never_preempt_and_end_by_themse
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}]
     namespace = gv.namespace_object("kubegpu-validation")
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    with pytest.raises(gv.ValidationError, match="a namespace of its own"):
+        gv.namespace_object("default")
 
 
 def dataclass_replace(settings: gv.Settings, **changes: Any) -> gv.Settings:
