@@ -123,7 +123,22 @@ def test_site_waits_for_each_nodes_count_and_reports_it(tmp_path):
         assert node_a["status"]["capacity"]["nvidia.com/gpu"] == "8"
         daemonset = cluster.get_object("DaemonSet", "nvidia-device-plugin-daemonset", "kube-system")
         assert daemonset is not None
-    assert "failed=0" in output
+        assert "failed=0" in output
+        # kubegpu_validate: false (a boolean, deprecated) meant none: nothing was validated.
+        assert "Validating" not in output and "is deprecated: it means none" in " ".join(output.split())
+        # --skip-tags validate leaves the device plugin step with what it needs.
+        for values in hosts.values():
+            del values["kubegpu_validate"]
+        # (The PCI count is tagged validate too: without it this host would be expected to report GPUs.)
+        hosts["this-host"]["kubegpu_gpu_count"] = detected
+        skipped = _run_site(
+            tmp_path,
+            hosts,
+            kubeconfig,
+            skip_tags="nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet,validate",
+        )
+        assert skipped.returncode == 0, skipped.stdout
+        assert "Validating" not in skipped.stdout and "changed=0" in skipped.stdout
 
 
 def test_site_refuses_a_gpu_count_that_is_not_a_number(tmp_path):
@@ -317,16 +332,16 @@ def test_a_changed_run_validates_only_the_node_whose_driver_changed(tmp_path):
         # Validating again with the same versions rewrites no record.
         assert "changed=0" in forced.stdout, forced.stdout
 
+        refused = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, extra_args=("-e", "kubegpu_validate=sometimes"))
+        assert refused.returncode != 0
+        assert "kubegpu_validate must be all, changed or none" in " ".join(refused.stdout.split()), refused.stdout
         refused = _run_site(
-            tmp_path,
-            _gpu_hosts(standins),
-            kubeconfig,
-            extra_args=("-e", "kubegpu_validate=sometimes", "-e", "kubegpu_validation_namespace=default"),
+            tmp_path, _gpu_hosts(standins), kubeconfig, extra_args=("-e", "kubegpu_validation_namespace=default")
         )
         assert refused.returncode != 0
-        output = " ".join(refused.stdout.split())
-        assert "kubegpu_validate must be all, changed or none" in output, refused.stdout
-        assert "kubegpu_validation_namespace is default: the validation needs a namespace of its own" in output
+        assert "kubegpu_validation_namespace is default: the validation needs a namespace of its own" in " ".join(
+            refused.stdout.split()
+        ), refused.stdout
         assert "pod-security.kubernetes.io/enforce" not in (
             cluster.get_object("Namespace", "default")["metadata"].get("labels") or {}
         )
