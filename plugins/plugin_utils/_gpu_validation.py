@@ -283,13 +283,25 @@ def select_nodes(
     return {"validate": validate, "skip": skip, "hosts": hosts}
 
 
+# Beyond this many nodes left alone, the summary counts them instead of naming each (a nightly run over a fleet).
+SUMMARY_NODES = 20
+
+
 def selection_summary(selection: Mapping[str, Any]) -> list[str]:
-    """One line saying how many nodes are validated, then one per node with its reason."""
+    """One line saying how many nodes are validated, then one per node validated with its reason, and one per node
+    left alone (or, beyond SUMMARY_NODES of them, how many and the first few)."""
     validate, skip = selection["validate"], selection["skip"]
     total = len(validate) + len(skip)
     lines = [f"Validating {len(validate)} of {total} nodes"]
     lines += [f"{node}: validated: {reason}" for node, reason in validate.items()]
-    lines += [f"{node}: not validated: {reason}" for node, reason in skip.items()]
+    if len(skip) <= SUMMARY_NODES:
+        lines += [f"{node}: not validated: {reason}" for node, reason in skip.items()]
+    else:
+        names = list(skip)
+        lines.append(
+            f"{len(skip)} nodes not validated ({', '.join(names[:5])}, ...): validated before with the driver and "
+            "toolkit they run, no GPU expected, or kubegpu_validate: none"
+        )
     return lines
 
 
@@ -840,12 +852,13 @@ def rows(
         checks = node_checks.get(target.host) or {}
         host, container = checks.get("host", "not run"), checks.get("container", "not run")
         before = usage.get(target.node)
-        if allocatable == 0 and not target.expected:
+        if allocatable == 0 and not target.expected and not outcome.check_mode:
             continue  # not a GPU node: nothing to validate
-        if allocatable == 0:
-            cells = {"pod": f"FAILED: no allocatable {GPU}", "scheduling": "-", "verdict": "failed"}
-        elif outcome.check_mode:
+        if outcome.check_mode:
+            # Nothing was applied: the device plugin may not even run yet.
             cells = {"pod": "not run (check mode)", "scheduling": "not run (check mode)", "verdict": "skipped"}
+        elif allocatable == 0:
+            cells = {"pod": f"FAILED: no allocatable {GPU}", "scheduling": "-", "verdict": "failed"}
         elif target.node in busy:
             cells = {"pod": busy[target.node], "scheduling": busy[target.node], "verdict": "skipped"}
         else:

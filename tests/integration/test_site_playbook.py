@@ -252,6 +252,19 @@ def test_site_labels_nodes_and_validates_them_then_a_second_run_starts_no_pod(tm
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        # Check mode first: the node checks read, nothing reaches the cluster, no node fails for the GPUs that the
+        # device plugin (not applied) does not report yet.
+        checked = _run_site(
+            tmp_path,
+            _gpu_hosts(standins),
+            kubeconfig,
+            tags="all",
+            env_extra={"PATH": standins["PATH"]},
+            extra_args=("--check",),
+        )
+        assert checked.returncode == 0, checked.stdout
+        assert "not run (check mode)" in _table(checked.stdout)["gpu-a"], checked.stdout
+        assert cluster.creations("pods") == [] and cluster.get_object("Namespace", "kubegpu-validation") is None
         completed = _run_site(
             tmp_path, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]}
         )

@@ -201,6 +201,20 @@ def test_a_no_op_run_validates_nothing_and_says_why():
     ]
 
 
+def test_a_fleets_summary_counts_the_nodes_left_alone():
+    record = {"driver": "580", "toolkit": "1.18"}
+    names = [f"n{i:03}" for i in range(1000)]
+    nodes = {n: node(n, record=record) for n in names}
+    nodes["n500"] = node("n500")
+    selection = gv.select_nodes([target(n) for n in names], nodes)
+    assert gv.selection_summary(selection) == [
+        "Validating 1 of 1000 nodes",
+        "n500: validated: never validated",
+        "999 nodes not validated (n000, n001, n002, n003, n004, ...): validated before with the driver and toolkit "
+        "they run, no GPU expected, or kubegpu_validate: none",
+    ]
+
+
 def test_all_none_plugin_changes_and_gpu_less_nodes():
     record = {"driver": "580", "toolkit": "1.18"}
     nodes = {n: node(n, record=record) for n in ("a", "b", "c")}
@@ -546,10 +560,14 @@ def test_rows_records_and_verdicts():
 
 
 def test_check_mode_rows_say_not_run():
-    nodes = {"a": node("a")}
-    selection = gv.select_nodes([target("a")], nodes)
-    judged = gv.rows([target("a")], selection, nodes, {}, gv.Outcome(check_mode=True), "r1", "now")
-    assert judged["rows"][0]["pod"] == "not run (check mode)" and judged["skipped_nodes"] == ["a"]
+    # Also where check mode applied no device plugin, so the node has no allocatable GPU yet.
+    nodes = {"a": node("a"), "b": node("b", gpus=0)}
+    targets = [target("a"), target("b")]
+    selection = gv.select_nodes(targets, nodes)
+    checks = {"a": {"host": "ok (4 GPUs)", "container": "skipped"}, "b": {"host": "ok (4 GPUs)", "container": "x"}}
+    judged = gv.rows(targets, selection, nodes, checks, gv.Outcome(check_mode=True), "r1", "now")
+    assert [row["pod"] for row in judged["rows"]] == ["not run (check mode)"] * 2
+    assert judged["skipped_nodes"] == ["a", "b"] and judged["failed_nodes"] == []
     assert judged["records"] == {}
 
 
