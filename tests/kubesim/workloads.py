@@ -296,14 +296,18 @@ class Workloads:
             if _placement_problem(pod, node) or not _ready(node):
                 continue
             allocatable = (node.get("status") or {}).get("allocatable") or {}
+            # Victims: lower priority first, and among equals the newest (kube-scheduler reprieves the more important
+            # pods: higher priority, then the longer running).
             candidates = sorted(
                 (
                     p
                     for p in pods
                     if (p.get("spec") or {}).get("nodeName") == name and not _terminal(p) and _priority(p) < mine
                 ),
-                key=lambda p: (_priority(p), p["metadata"].get("creationTimestamp", "")),
+                key=lambda p: p["metadata"].get("creationTimestamp", ""),
+                reverse=True,
             )
+            candidates.sort(key=_priority)
             free = collections.Counter({r: int(allocatable.get(r, "0") or 0) - used[name][r] for r in wanted})
             victims = []
             for victim in candidates:
