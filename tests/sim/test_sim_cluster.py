@@ -282,7 +282,16 @@ def test_faults_set_and_cleared_at_run_time(
     assert cluster.wait_for(lambda: _gpu(cluster, "gpu-1", "allocatable") == "8")
     with pytest.raises(ValueError):
         cluster.set_fault("gpu-1", "no-such-fault")
-    assert set(FAULTS) == {"nvml", "no_devices", "unhealthy", "never_reports", "not_ready", "image_pull", "crash_loop"}
+    assert set(FAULTS) == {
+        "nvml",
+        "no_devices",
+        "unhealthy",
+        "never_reports",
+        "not_ready",
+        "image_pull",
+        "crash_loop",
+        "mps_daemon_fails",
+    }
 
 
 def test_capacity_spread_over_a_window() -> None:
