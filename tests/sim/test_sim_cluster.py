@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import urllib3
 import yaml
-from conftest import DAEMONSET, PLUGIN_IMAGE, daemonset, server_side_apply
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from kubesim import FAULTS, SimCluster, SimNode
 from kubesim.resources import BY_PLURAL
+from sim_objects import DAEMONSET, PLUGIN_IMAGE, daemonset, server_side_apply
 
 GPU = "nvidia.com/gpu"
 
