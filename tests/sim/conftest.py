@@ -15,7 +15,6 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from kubesim import SimCluster, SimNode
-from sim_objects import DAEMONSET, PLUGIN_IMAGE, daemonset, server_side_apply  # noqa: F401 (re-exported)
 
 kubernetes = pytest.importorskip("kubernetes", reason="the kubernetes Python client is not installed")
 from kubernetes import client, config
