@@ -396,7 +396,7 @@ def test_a_run_cancelled_inside_the_window_is_finished_by_the_next_run(tmp_path,
                     log,
                 )
             elif step == "after the restart or reboot":
-                _until(lambda: (tmp_path / "applied-gpu-a").exists(), "the marker after the reboot", process, log)
+                _until((tmp_path / "applied-gpu-a").exists, "the marker after the reboot", process, log)
             else:
                 _until(
                     lambda: "FAILED - RETRYING: [gpu-a -> localhost]: Wait until the node is Ready" in log.read_text(),

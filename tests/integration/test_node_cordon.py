@@ -124,7 +124,7 @@ class RacingClient:
     of the first ``races`` reads, before the module writes."""
 
     def __init__(self, cluster, change, races=1):
-        configuration, _ = load_configuration(auth_args(cluster))
+        configuration, _source = load_configuration(auth_args(cluster))
         self.client = KubeClient(configuration)
         self.cluster, self.change, self.races = cluster, change, races
 
