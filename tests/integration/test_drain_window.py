@@ -22,17 +22,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubesim import SimCluster, SimNode
 from kubesim.resources import BY_PLURAL
+from playbook_runner import playbook_command, run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).resolve().parent / "drain_window" / "harness.yml"
 RECORD = "kubegpu.node/cordon"
 # Every wait in these tests is bounded by this (seconds); a run that does not get there fails the test.
@@ -41,50 +39,26 @@ BOUND = 90
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
 
-def _command(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variables: Any) -> tuple[list, dict]:
-    kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-    inventory = {
-        "all": {
-            "children": {"gpu_nodes": {"hosts": hosts}},
-            "vars": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-                "kubegpu_kubeconfig": kubeconfig,
-                "harness_dir": str(tmp_path),
-                "harness_sim_url": cluster.url,
-                "harness_token": cluster.token,
-                # Twice safe: the role chain must never run on this machine.
-                "kubegpu_nvidia_driver": False,
-                "kubegpu_nvidia_container_toolkit": False,
-                "kubegpu_container_runtime": False,
-                "kubegpu_kubelet": False,
-                **variables,
-            },
-        }
+# The role chain never runs on this machine (local connection): only site.yml's own tasks are tested.
+SKIP_ROLE_CHAIN = ("--skip-tags", "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet")
+
+
+def _variables(tmp_path: Path, cluster: SimCluster, variables: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kubegpu_kubeconfig": cluster.write_kubeconfig(str(tmp_path / "kubeconfig")),
+        "harness_dir": str(tmp_path),
+        "harness_sim_url": cluster.url,
+        "harness_token": cluster.token,
+        **variables,
     }
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections"),
-        ANSIBLE_NOCOLOR="true",
-        ANSIBLE_STDOUT_CALLBACK="default",
-    )
-    command = [
-        "ansible-playbook",
-        str(HARNESS),
-        "-i",
-        str(tmp_path / "inventory.yml"),
-        "--skip-tags",
-        # The role chain never runs on this machine (local connection): only site.yml's own tasks are tested.
-        "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet",
-        *args,
-    ]
-    return command, env
+
+
+def _command(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variables: Any) -> tuple[list, dict]:
+    return playbook_command(HARNESS, tmp_path, hosts, _variables(tmp_path, cluster, variables), *SKIP_ROLE_CHAIN, *args)
 
 
 def _run(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variables: Any) -> subprocess.CompletedProcess:
-    command, env = _command(tmp_path, cluster, hosts, *args, **variables)
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False, cwd=tmp_path)
+    return run_playbook(HARNESS, tmp_path, hosts, _variables(tmp_path, cluster, variables), *SKIP_ROLE_CHAIN, *args)
 
 
 def _hold(tmp_path: Path, host: str, held: list[str]) -> None:

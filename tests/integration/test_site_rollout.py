@@ -13,38 +13,21 @@ refused" at once: UNREACHABLE, the same result a node that dropped off the netwo
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from kubesim import SimCluster, SimNode
 from kubesim.resources import BY_PLURAL
+from playbook_runner import REPO, run_playbook
+from test_site_playbook import NVIDIA_FACT  # what the nvidia_driver role writes
 
-REPO = Path(__file__).resolve().parents[2]
+SITE = REPO / "playbooks" / "site.yml"
 RECORD = "kubegpu.node/cordon"
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
-NVIDIA_FACT = {
-    "installed_version": "550.163.01",
-    "loaded_version": "550.163.01",
-    "branch": "550",
-    "cuda_version": "12.4",
-    "reboot_required": False,
-    "gpus": [
-        {
-            "index": 0,
-            "name": "NVIDIA A100-SXM4-80GB",
-            "uuid": "GPU-0",
-            "memory_total_mib": 81920,
-            "compute_capability": "8.0",
-        }
-    ],
-}
 # Reachable in the preflight play only.
 UNREACHABLE_IN_ITS_BATCH = {
     "ansible_connection": "{{ 'local' if ansible_play_name is match('Preflight') else 'ssh' }}",
@@ -59,52 +42,18 @@ def _run_site(
     facts = tmp_path / "facts.d"
     facts.mkdir(exist_ok=True)
     (facts / "nvidia.fact").write_text(json.dumps(NVIDIA_FACT))
-    inventory = {
-        "all": {
-            "children": {"gpu_nodes": {"hosts": hosts}},
-            "vars": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-                "ansible_become": False,
-                "kubegpu_kubeconfig": cluster.write_kubeconfig(str(tmp_path / "kubeconfig")),
-                "kubegpu_facts_dir": str(facts),
-                "kubegpu_gpu_labels": "static",
-                "kubegpu_device_plugin": False,
-                "kubegpu_validate": False,
-                # Twice safe: the role chain must never run on this machine.
-                "kubegpu_nvidia_driver": False,
-                "kubegpu_nvidia_container_toolkit": False,
-                "kubegpu_container_runtime": False,
-                "kubegpu_kubelet": False,
-            },
-        }
+    variables = {
+        # The play asks for become; these hosts are this machine, already root or not, without sudo.
+        "ansible_become": False,
+        "kubegpu_kubeconfig": cluster.write_kubeconfig(str(tmp_path / "kubeconfig")),
+        "kubegpu_facts_dir": str(facts),
+        "kubegpu_gpu_labels": "static",
+        "kubegpu_device_plugin": False,
+        "kubegpu_validate": False,
     }
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections"),
-        ANSIBLE_NOCOLOR="true",
-        ANSIBLE_STDOUT_CALLBACK="default",
-    )
-    return subprocess.run(
-        [
-            "ansible-playbook",
-            str(REPO / "playbooks" / "site.yml"),
-            "-i",
-            str(tmp_path / "inventory.yml"),
-            # No --skip-tags for the role chain (the variables above turn it off): it would also skip the drain
-            # window, whose tasks carry the roles' tags.
-            # Playbook variables (serial is decided before any host's variables are read).
-            "-e",
-            json.dumps(extra_vars or {}),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-        check=False,
-        cwd=tmp_path,
-    )
+    # No --skip-tags for the role chain (its variables turn it off): it would also skip the drain window, whose tasks
+    # carry the roles' tags. Playbook variables go in with -e: serial is decided before any host's variables are read.
+    return run_playbook(SITE, tmp_path, hosts, variables, "-e", json.dumps(extra_vars or {}))
 
 
 def _labelled(cluster: SimCluster, node: str) -> bool:
