@@ -14,13 +14,13 @@ import time
 from typing import Any
 
 import pytest
-from conftest import DAEMONSET
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubesim import SimCluster, SimNode
 from kubesim.admission import pod_security_findings
 from kubesim.errors import ApiError
 from kubesim.workloads import extended_requests
+from sim_objects import DAEMONSET
 
 # A pod that passes `restricted` (the shape of site.yml's validation pods).
 RESTRICTED_POD: dict[str, Any] = {

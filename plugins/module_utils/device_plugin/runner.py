@@ -19,6 +19,7 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.apply i
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
     check_options,
     expected_counts,
+    expected_resources,
     kubeconfig_secrets,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client import (
@@ -35,9 +36,11 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors 
     OptionError,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import (
+    mps_daemonset_name,
     object_path,
     removal_targets,
     render_objects,
+    stale_targets,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import (
     capacity_plan,
@@ -106,10 +109,13 @@ def _present(module, client, result: dict) -> None:
         apply_object(client, obj, params["field_manager"], params["force_conflicts"], module.check_mode)
         for obj in objects
     ]
-    result["changed"] = any(entry["changed"] for entry in applied)
-    result["objects"] = [summary(entry) for entry in applied]
+    # What an earlier config needed and this one does not (the MPS control daemon): removed when it is ours.
+    removed = [delete_object(client, target, module.check_mode) for target in stale_targets(params)]
+    changes = applied + [entry for entry in removed if entry["action"] != "absent"]
+    result["changed"] = any(entry["changed"] for entry in changes)
+    result["objects"] = [summary(entry) for entry in changes]
     if module._diff:
-        result["diff"] = [diff_entry(entry) for entry in applied if entry["changed"]]
+        result["diff"] = [diff_entry(entry) for entry in changes if entry["changed"]]
     daemonset = applied[-1]["object"]
     result["daemonset"] = _daemonset_status(daemonset)
     if module.check_mode or not params["wait"]:
@@ -117,7 +123,11 @@ def _present(module, client, result: dict) -> None:
         return
     pod_spec = objects[-1]["spec"]["template"]["spec"]
     tracker = CapacityWait(
-        capacity_plan(params.get("config")), pod_spec, expected=expected_counts(params), names=params.get("nodes")
+        capacity_plan(params.get("config")),
+        pod_spec,
+        expected=expected_counts(params),
+        names=params.get("nodes"),
+        resources=expected_resources(params),
     )
     outcome = wait_for_capacity(client, tracker, float(params["wait_timeout"]), clock=time.monotonic)
     refresh_error = None
@@ -165,6 +175,11 @@ def _count_requests(client, result: dict) -> None:
 
 def _absent(module, client, result: dict) -> None:
     removed = [delete_object(client, target, module.check_mode) for target in removal_targets(module.params)]
+    # The MPS control daemon exists only with an MPS config: it is reported when there was one to delete.
+    mps_name = mps_daemonset_name(module.params)
+    removed = [
+        e for e in removed if not (e["name"] == mps_name and e["kind"] == "DaemonSet" and e["action"] == "absent")
+    ]
     for entry in removed:
         if entry.get("warning"):
             module.warn(entry["warning"])

@@ -22,9 +22,16 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors 
     WatchGone,
     WatchInterrupted,
 )
-from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import CONTAINER_NAME, POD_SELECTOR
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import (
+    CONTAINER_NAME,
+    MPS_CONTAINER_NAME,
+    MPS_POD_SELECTOR,
+    POD_SELECTOR,
+)
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.readiness import (
     diagnose,
+    log_tail,
+    mps_daemon_problem,
     needs_logs,
     node_state,
     plugin_would_run,
@@ -63,11 +70,22 @@ def slim_node(node: dict) -> dict:
 class CapacityWait:
     """Tracks the nodes the wait covers and which of them are done."""
 
-    def __init__(self, plan: dict, pod_spec: dict, expected: dict | None = None, names: list | None = None):
+    def __init__(
+        self,
+        plan: dict,
+        pod_spec: dict,
+        expected: dict | None = None,
+        names: list | None = None,
+        resources: dict | None = None,
+    ):
         self.plan = plan
         self.pod_spec = pod_spec
         self.expected = expected
+        # Per node, the resources it must advertise (before sharing), such as its MIG devices.
+        self.resources = resources or {}
         self.fixed_targets = set(expected) if expected is not None else (set(names) if names else None)
+        if self.resources:
+            self.fixed_targets = (self.fixed_targets or set()) | set(self.resources)
         self.nodes: dict = {}
         self.states: dict = {}
         self.pending: set = set()
@@ -86,7 +104,7 @@ class CapacityWait:
             self.states.pop(name, None)
             self.pending.discard(name)
             return
-        state = node_state(self.nodes.get(name), name, self.plan, self._physical(name))
+        state = node_state(self.nodes.get(name), name, self.plan, self._physical(name), self.resources.get(name))
         self.states[name] = state
         if state["done"]:
             self.pending.discard(name)
@@ -239,9 +257,9 @@ def refresh_pending(client, tracker: CapacityWait, clock=time.monotonic, budget:
     return None
 
 
-def _pod_logs(client, namespace: str, pod: dict) -> str | None:
+def _pod_logs(client, namespace: str, pod: dict, container: str = CONTAINER_NAME) -> str | None:
     kind, _text = pod_problem(pod)
-    query = {"container": CONTAINER_NAME, "tailLines": LOG_TAIL_LINES, "limitBytes": LOG_LIMIT_BYTES}
+    query = {"container": container, "tailLines": LOG_TAIL_LINES, "limitBytes": LOG_LIMIT_BYTES}
     if kind in ("crash_loop", "terminated"):
         query["previous"] = "true"
     path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/log"
@@ -281,6 +299,7 @@ def diagnose_timeout(client, tracker: CapacityWait, namespace: str, daemonset: s
             for name in sorted(tracker.pending)
         ]
     by_node = pods_by_node(listing.get("items") or [])
+    mps_pods = _mps_pods(client, namespace, tracker.plan)
     create_failure = None
     if daemonset and any(not by_node.get(name) for name in tracker.pending):
         create_failure = _daemonset_create_failure(client, namespace, daemonset)
@@ -297,8 +316,38 @@ def diagnose_timeout(client, tracker: CapacityWait, namespace: str, daemonset: s
         message = diagnose(state, tracker.nodes.get(name), pod, tracker.pod_spec, logs)
         if pod is None and create_failure and state.get("node_ready"):
             message += f"; the DaemonSet cannot create its pods: {create_failure}"
+        if mps_pods is not None and pod is not None and state.get("node_ready") and not state.get("capacity"):
+            message = _mps_message(client, namespace, state, tracker.nodes.get(name), mps_pods, message)
         messages.append(message)
     return messages
+
+
+def _mps_pods(client, namespace: str, plan: dict) -> dict | None:
+    """The MPS control daemon's pods by node under an MPS config (one list); None otherwise or when unreadable."""
+    if plan.get("sharing") != "mps":
+        return None
+    try:
+        listing = client.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": MPS_POD_SELECTOR}
+        )
+    except (KubeApiError, KubeTransportError):
+        return None
+    return pods_by_node(listing.get("items") or [])
+
+
+def _mps_message(client, namespace: str, state: dict, node: dict | None, mps_pods: dict, message: str) -> str:
+    """Under MPS, a node without capacity is most often one whose MPS control daemon does not run: say so first."""
+    daemon = (mps_pods.get(state["name"]) or [None])[0]
+    problem = mps_daemon_problem(node or {}, daemon)
+    if problem is None:
+        return message
+    text = f"{state['name']}: node reports no {state['resource']}: {problem}"
+    kind, _text = pod_problem(daemon) if daemon is not None else (None, "")
+    if kind in ("crash_loop", "terminated"):
+        tail = log_tail(_pod_logs(client, namespace, daemon, MPS_CONTAINER_NAME))
+        if tail:
+            text += "; last log lines of the daemon: " + " | ".join(tail)
+    return text
 
 
 def diagnose_without_pods(state: dict, node: dict | None, pod_spec: dict, error: KubeApiError) -> str:
