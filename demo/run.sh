@@ -18,8 +18,10 @@ if [ "${1:-}" = "--clean" ]; then clean_containers; exit 0; fi
 mkdir -p "$work"
 sim_pid=""
 watch_pid=""
+run_pid=""
 aptrepo() { PYTHONPATH="$root/tests${PYTHONPATH:+:$PYTHONPATH}" python -m aptrepo "$@"; }
 finish() {
+  if [ -n "$run_pid" ]; then kill "$run_pid" 2>/dev/null || true; fi
   if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null || true; fi
   if [ -n "$sim_pid" ]; then kill "$sim_pid" 2>/dev/null || true; fi
   for repo in cuda-driver nvidia-container-toolkit; do
@@ -139,12 +141,67 @@ for n in "${nodes[@]}"; do
   fi
 done
 
-echo "== ansible-playbook kubegpu.node.site --diff"
+# What a user checks; the demo fails when one of them is not so (tests/README.md: the demo is CI's end-to-end test of
+# site.yml's chain).
+failures=()
+expect() { # DESCRIPTION ACTUAL EXPECTED
+  if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "NOT OK: $1: got '$2', expected '$3'"; failures+=("$1"); fi
+}
+cordon_record() { kubectl get node "$1" -o jsonpath='{.metadata.annotations.kubegpu\.node/cordon}'; }
+
+# AWX cancels a job with SIGTERM (then SIGKILL after a grace period). The first converge is cancelled inside node 1's
+# drain window, right after the cordon: the cordon carries its record, and the next run must finish the node. The
+# simulated API server keeps the drain's first request (the list of the node's pods) waiting, as a slow API server or a
+# long drain would, so that the cancel lands at that point in every run of the demo.
+# The simulated API server's control endpoint (tests/kubesim/README.md).
+sim_call() { # METHOD [ARGS-JSON [KWARGS-JSON]]
+  local args='[]' kwargs='{}'
+  if [ $# -ge 2 ]; then args=$2; fi
+  if [ $# -ge 3 ]; then kwargs=$3; fi
+  curl -sfk -X POST -H "Authorization: Bearer test-token" -H 'Content-Type: application/json' \
+    -d "{\"method\": \"$1\", \"args\": $args, \"kwargs\": $kwargs}" "$sim_url/kubesim/control"
+}
+sim_call hold '[]' '{"verbs": ["list"], "path_regex": "^/api/v1/pods$", "seconds": 600}' >/dev/null
+echo "== ansible-playbook kubegpu.node.site --diff, cancelled with SIGTERM inside node 1's drain window (log: $work/cancelled-run.log)"
+start=$(date +%s)
+ansible-playbook -i demo/inventory.yml kubegpu.node.site --diff -e "kubegpu_kubeconfig=$work/kubeconfig" \
+  -e "@$work/chain-vars.json" ${DEMO_VERBOSE:+-vvv} >"$work/cancelled-run.log" 2>&1 &
+run_pid=$!
+record=""
+for _ in $(seq 1200); do # 10 minutes at most
+  if [ "$(sim_call held | python -c 'import json,sys; print(json.load(sys.stdin)["result"])')" -gt 0 ]; then
+    record=$(cordon_record "${nodes[0]}")
+    break
+  fi
+  kill -0 "$run_pid" 2>/dev/null || break
+  sleep 0.5
+done
+if [ -z "$record" ]; then
+  sim_call release >/dev/null
+  tail -n 60 "$work/cancelled-run.log"; echo "== The run did not reach node 1's drain with the node cordoned" >&2; exit 1
+fi
+kill -TERM "$run_pid"
+status=0
+wait "$run_pid" || status=$?
+run_pid=""
+sim_call release >/dev/null
+echo "== Cancelled after $(( $(date +%s) - start )) s (exit status $status), in: $(grep '^TASK \[' "$work/cancelled-run.log" | tail -n 1)"
+echo "-- node 1 as the cancel left it: cordoned, with the record of why (annotation kubegpu.node/cordon)"
+kubectl get node "${nodes[0]}" -o custom-columns='NODE:.metadata.name,UNSCHEDULABLE:.spec.unschedulable'
+echo "$record"
+expect "the cancelled run left node 1 cordoned" "$(kubectl get node "${nodes[0]}" -o jsonpath='{.spec.unschedulable}')" true
+expect "the record says how to put node 1 back by hand" \
+  "$(python -c 'import json,sys; print(json.loads(sys.argv[1])["undo"])' "$record")" \
+  "kubectl uncordon ${nodes[0]} && kubectl annotate node ${nodes[0]} kubegpu.node/cordon-"
+expect "the cancelled run did not reach node 2" "$(grep -c 'kubegpu-demo-node-2' <(sed -n '/^PLAY \[Make GPU nodes ready/,$p' \
+  "$work/cancelled-run.log"))" 0
+
+echo "== ansible-playbook kubegpu.node.site --diff again: it finishes node 1's window, then node 2"
 start=$(date +%s)
 ansible-playbook -i demo/inventory.yml kubegpu.node.site --diff -e "kubegpu_kubeconfig=$work/kubeconfig" \
   -e "@$work/chain-vars.json" \
   ${DEMO_VERBOSE:+-vvv} | tee "$work/first-run.log"
-echo "== First converge: $(( $(date +%s) - start )) s"
+echo "== First converge, resumed: $(( $(date +%s) - start )) s"
 
 echo "== What changed on the nodes"
 for n in "${nodes[@]}"; do
@@ -165,12 +222,6 @@ echo "-- the training job was evicted from node 1 before the node rebooted into 
 kubectl get pods -o wide
 kubectl -n kube-system get daemonset nvidia-device-plugin-daemonset
 
-# What a user checks after the first run; the demo fails when one of them is not so (tests/README.md: the demo is
-# CI's end-to-end test of site.yml's chain).
-failures=()
-expect() { # DESCRIPTION ACTUAL EXPECTED
-  if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "NOT OK: $1: got '$2', expected '$3'"; failures+=("$1"); fi
-}
 echo "== Checking the result"
 for n in "${nodes[@]}"; do
   expect "$n runs driver 580.95.05" "$(podman exec "$n" cat /sys/module/nvidia/version)" 580.95.05
@@ -187,15 +238,23 @@ for n in "${nodes[@]}"; do
   expect "$n is labelled with its driver" \
     "$(kubectl get node "$n" -o jsonpath='{.metadata.labels.nvidia\.com/cuda\.driver-version\.full}')" 580.95.05
   expect "$n is schedulable" "$(kubectl get node "$n" -o jsonpath='{.spec.unschedulable}' | sed 's/^false$//')" ""
+  expect "$n carries no cordon record" "$(cordon_record "$n")" ""
 done
+expect "the training job was evicted from node 1" "$(kubectl get pods -o name | grep -c '^pod/training-0$')" 0
 expect "node 1 was rebooted into its new driver, node 2 not" \
   "$(sed -n '/^TASK \[kubegpu.node.nvidia_driver : Reboot into the installed driver\]/,/^TASK \[/p' "$work/first-run.log" \
      | grep -o '^changed: \[kubegpu-demo-node-[0-9]\]' | tr '\n' ' ')" "changed: [kubegpu-demo-node-1] "
 # Both nodes ran a container (the shim stand-in) that a containerd restart would kill, so both restarts were held back
 # for a drain window: node 1's ended in its reboot, node 2's in containerd's restart. containerd logs the
 # configuration its CRI plugin runs with when it starts: the line of the process running now must name nvidia.
-expect "both nodes were drained" "$(grep -Ec '^changed: \[kubegpu-demo-node-[0-9] -> localhost\]' \
-  <(sed -n '/^TASK \[Cordon and drain node/,/^TASK \[/p' "$work/first-run.log"))" 2
+# Node 1's window was resumed from the cancelled run's cordon (its record there already); node 2's opened in this run.
+# Each ended in the uncordon of a cordon with its record.
+expect "node 1's window resumed the cordon the cancelled run left, node 2's cordoned it" \
+  "$(sed -n '/^TASK \[Cordon the node, with a record of why/,/^TASK \[/p' "$work/first-run.log" \
+     | grep -Eo '^(ok|changed): \[kubegpu-demo-node-[0-9]' | tr '\n' ' ')" \
+  "ok: [kubegpu-demo-node-1 changed: [kubegpu-demo-node-2 "
+expect "both nodes were uncordoned with their record removed" "$(grep -Ec '^changed: \[kubegpu-demo-node-[0-9] -> localhost\]' \
+  <(sed -n '/^TASK \[Uncordon the node when the cordon is this collection/,/^TASK \[/p' "$work/first-run.log"))" 2
 declare -A containerd_pid
 for n in "${nodes[@]}"; do
   containerd_pid[$n]=$(podman exec "$n" systemctl show -p MainPID --value containerd)
@@ -205,18 +264,17 @@ for n in "${nodes[@]}"; do
     "$(podman exec "$n" sh -c 'ls /var/lib/kubegpu/container_runtime/pending/ 2>/dev/null | wc -l')" 0
 done
 expect "the validation table says ok for every node" "$(grep -Ec 'kubegpu-demo-node-[12] .*FAILED' "$work/first-run.log")" 0
-# The toolkit's preflight ran in site.yml's preflight play and again in each batch: the driver step had installed
-# packages since (dpkg's database changed), so what it had read was not reused.
-expect "the toolkit's preflight ran again after the driver step" "$(sed -n \
-  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
-  "$work/first-run.log" | grep -c '^ok: ')" 4
+# The toolkit's preflight ran in site.yml's preflight play and again in a batch where the driver step had installed
+# packages since (dpkg's database changed), so what it had read was not reused: node 1's in the cancelled run, node 2's
+# in the resumed one. Node 1's batch in the resumed run reused its preflight: nothing had changed on it since.
+for log in cancelled-run first-run; do
+  expect "the toolkit's preflight ran again after the driver step ($log)" "$(sed -n \
+    '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
+    "$work/$log.log" | grep -c '^ok: ')" 3
+done
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 
 # The simulated API server's own record of what was created and preempted (tests/kubesim: creations, preemptions).
-sim_call() { # METHOD [JSON ARGS]
-  curl -sfk -X POST -H "Authorization: Bearer test-token" -H 'Content-Type: application/json' \
-    -d "{\"method\": \"$1\", \"args\": ${2:-[]}}" "$sim_url/kubesim/control"
-}
 pods_created() { sim_call creations '["pods"]' | python -c 'import json, sys; print(len(json.load(sys.stdin)["result"]))'; }
 workload() { kubectl get pod inference-0 -o jsonpath='{.metadata.uid} {.status.phase}'; }
 
@@ -234,7 +292,7 @@ ansible-playbook -i demo/inventory.yml kubegpu.node.site -e "kubegpu_kubeconfig=
   ${DEMO_VERBOSE:+-vvv} >"$work/second-run.log"
 echo "== No-op re-run: $(( $(date +%s) - start )) s"
 tail -n 6 "$work/second-run.log"
-if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log" || grep -q 'Cordon and drain node' "$work/second-run.log"; then
+if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log" || grep -q 'Drain window for' "$work/second-run.log"; then
   echo "== The second run changed something (see $work/second-run.log)" >&2
   exit 1
 fi

@@ -1,4 +1,5 @@
-"""Run kubegpu.node.nvidia_device_plugin in-process, as Ansible would, and read what it returned.
+"""Run kubegpu.node.nvidia_device_plugin (or another of the collection's API modules) in-process, as Ansible would,
+and read what it returned.
 
 AnsibleModule reads its arguments from ansible-core's test hook and prints one JSON result before exiting; this
 captures that output, so the tests see exactly what a playbook would.
@@ -18,7 +19,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubegpu.node.plugins.modules import nvidia_device_plugin
 
 
-def run_module(args: dict[str, Any], check_mode: bool = False, diff: bool = False) -> dict[str, Any]:
+def run_module(
+    args: dict[str, Any], check_mode: bool = False, diff: bool = False, module: Any = nvidia_device_plugin
+) -> dict[str, Any]:
     module_args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
     output = io.StringIO()
     # Importing any controller code (a filter plugin's tests, say) flips ansible-core into controller mode, where
@@ -28,7 +31,7 @@ def run_module(args: dict[str, Any], check_mode: bool = False, diff: bool = Fals
         stack.enter_context(patch_module_args(module_args))
         stack.enter_context(contextlib.redirect_stdout(output))
         stack.enter_context(contextlib.suppress(SystemExit))
-        nvidia_device_plugin.main()
+        module.main()
     text = output.getvalue()
     try:
         return json.loads(text)

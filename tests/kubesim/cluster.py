@@ -50,6 +50,9 @@ _CONTROL_METHODS = frozenset(
         "reboot_node",
         "creations",
         "preemptions",
+        "hold",
+        "release",
+        "held",
     }
 )
 
@@ -335,6 +338,16 @@ class SimCluster:
     def request_log(self) -> list[tuple[float, str, str, int]]:
         """(monotonic start time, verb, resource, HTTP status) of every resource request, in order."""
         return self.faults.request_log()
+
+    def hold(self, verbs: list[str] | None = None, path_regex: str | None = None, seconds: float = 60.0) -> None:
+        """Keep matching requests waiting before they are served, until ``release`` (see faults.FaultPlan.hold)."""
+        self.faults.hold(verbs, path_regex, seconds)
+
+    def release(self) -> None:
+        self.faults.release()
+
+    def held(self) -> int:
+        return self.faults.held()
 
     def consume_forced_gone(self) -> bool:
         with self._lock:

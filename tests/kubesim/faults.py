@@ -8,6 +8,8 @@
 - ``set_error_body_delay``: error answers send their headers at once and their ``Status`` body later, so a client
   that raises on the status line and returns the connection to its pool with the body unread reads that body as the
   next answer's status line.
+- ``hold``: matching requests wait before they are served until ``release`` (or a bound), so that a test can stop a
+  client at a known point (a playbook cancelled while its drain lists the node's pods) and know that it got there.
 - A log of (monotonic time, verb, resource, HTTP status) for every resource request, to measure request rates.
 """
 
@@ -35,6 +37,8 @@ class FaultPlan:
         self._watch_mode: tuple[str, float, float] | None = None
         self.error_body_delay = 0.0
         self._log: list[tuple[float, str, str, int]] = []
+        self._hold: dict[str, Any] | None = None
+        self._held = 0
 
     # ----- configuration ----------------------------------------------------------------------------------------
 
@@ -78,10 +82,49 @@ class FaultPlan:
         with self._lock:
             self.error_body_delay = max(0.0, float(seconds))
 
+    def hold(
+        self, verbs: list[str] | tuple[str, ...] | None = None, path_regex: str | None = None, seconds: float = 60.0
+    ) -> None:
+        """Keep each matching request waiting, before it is served, until ``release`` (at most ``seconds``).
+
+        A client stopped while it waits never gets an answer; the request is served once released, as a real server
+        serves a request whose client went away (so hold reads, which change nothing).
+        """
+        with self._lock:
+            self._hold = {
+                "verbs": frozenset(verbs) if verbs else None,
+                "pattern": re.compile(path_regex) if path_regex else None,
+                "seconds": float(seconds),
+                "released": threading.Event(),
+            }
+            self._held = 0
+
+    def release(self) -> None:
+        with self._lock:
+            rule, self._hold = self._hold, None
+        if rule is not None:
+            rule["released"].set()
+
+    def held(self) -> int:
+        """How many requests the current (or last) hold has held, waiting now or released."""
+        with self._lock:
+            return self._held
+
     # ----- the server's hooks -----------------------------------------------------------------------------------
 
     def before_request(self, verb: str, resource: str, path: str) -> None:
-        """Raise the 429 (or other status) the throttle decides for this request."""
+        """Hold the request when asked; raise the 429 (or other status) the throttle decides for this request."""
+        with self._lock:
+            hold = self._hold
+            if hold is not None and (hold["verbs"] is None or verb in hold["verbs"]):
+                if hold["pattern"] is None or hold["pattern"].search(path):
+                    self._held += 1
+                else:
+                    hold = None
+            else:
+                hold = None
+        if hold is not None:
+            hold["released"].wait(hold["seconds"])
         with self._lock:
             rule = self._throttle
             if rule is None:
