@@ -68,7 +68,7 @@ attributes:
   idempotent:
     support: full
     description: Files that already hold the content, mode and ownership asked for are not written, and the service
-      is not restarted.
+      is not restarted (unless an earlier run's change to them is noted as not active or not verified yet).
 options:
   service:
     description:

@@ -291,6 +291,15 @@ def test_absent_cut_at_any_step_is_completed_by_the_next_absent(step):
     assert not any(path.startswith("/etc/demo/conf.d") for path in node.files)
 
 
+def test_a_change_with_a_daemon_reload_cut_between_the_reload_and_the_restart_is_restarted_by_the_next_run():
+    node = FakeNode(ORIGINAL)
+    cut(node, PRESENT, "daemon-reloaded", daemon_reload=True, drained=True)
+    assert node.steps == ["backed-up", "noted", "wrote-1", "wrote-2", "wrote-3", "daemon-reloaded"]
+    result = run(node, PRESENT, daemon_reload=True, drained=True)
+    assert result["restarted"] and not any(f["changed"] for f in result["files"])
+    assert_runs(node, PRESENT)
+
+
 ROLLBACK_STEPS = ["restored-1", "restored-2", "restored-3", "rolled-back"]
 REFUSED = {**PRESENT, DROPIN: "runtime = nvidia\nrefuse\n"}
 
