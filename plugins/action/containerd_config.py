@@ -84,17 +84,9 @@ class _Node:
 
 
 class ActionModule(NodeAction):
-    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        del tmp
-        self._vars = task_vars or {}
-        _validation, params = self.validate_argument_spec(ARGUMENT_SPEC)
-        params["path"] = os.path.normpath(params["path"])
-        try:
-            result.update(cc.Planner(_Node(self), params).plan())
-            result["changed"] = False
-        except (cc.ConfigError, NodeError) as exc:
-            result.update(failed=True, msg=str(exc))
-        finally:
-            self.cleanup()
-        return result
+    argument_spec = ARGUMENT_SPEC
+    failures = (cc.ConfigError, NodeError)
+
+    def _run(self, args: dict[str, Any]) -> dict[str, Any]:
+        args["path"] = os.path.normpath(args["path"])
+        return {**cc.Planner(_Node(self), args).plan(), "changed": False}

@@ -53,18 +53,9 @@ CONFIG_DIR_SINCE = (1, 28)
 
 
 class ActionModule(NodeAction):
-    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        del tmp
-        self._vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
-        try:
-            result.update(self._run(args))
-        except (ks.PlanError, kg.GateTableError, NodeError) as exc:
-            result.update(failed=True, msg=str(exc))
-        finally:
-            self.cleanup()
-        return result
+    # The run() frame is NodeAction's: argument validation, these failures into failed + msg, cleanup.
+    argument_spec = ARGUMENT_SPEC
+    failures = (ks.PlanError, kg.GateTableError, NodeError)
 
     def _text(self, path: str) -> str | None:
         data = self.read_bytes(path)

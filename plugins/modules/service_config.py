@@ -23,7 +23,20 @@ description:
   - When a write, the restart or the verification fails, it puts every file back exactly as it was (the same bytes,
     owner and mode; a file it created is removed; a symbolic link stays a link and only its target is restored),
     restarts the service with them, and fails with the service's own last error from its journal, saying whether
-    systemd's start limit was hit.
+    systemd's start limit was hit. Only lines of the processes this restart started count (the unit's invocation IDs
+    from the restart on, C(_SYSTEMD_INVOCATION_ID)), so a crash loop of the previous process, or its words while it
+    stopped, are never quoted as the new configuration's error; after a reload, the lines the same process logged
+    since the reload.
+  - A run cut at any point (a cancelled job, SIGTERM then SIGKILL; a controller that dies) leaves a node that the
+    next run completes or undoes exactly. The order of a change is - copy the files about to change to O(backup_dir);
+    write the note of the change in O(pending_dir) (when it was written, and the way back to the files the service
+    runs with); write the files in the order given; restart (or reload) O(service); verify; remove the note. After a
+    failed verification - put every file back (the last first); restart; remove the note. A run that finds a note
+    restarts the service when it has not restarted since (and some noted file still differs from what it runs with),
+    asks a service that has restarted since whether it answers (and restarts it, with the same way back, when it does
+    not), and removes a note that has served or whose files are all back as they were (no restart then).
+  - The task reports C(changed) when a file changed or the service was restarted or reloaded (a restart held back
+    by an earlier run and done now is a change).
   - Never runs C(systemctl daemon-reload) (O(daemon_reload)) where it would take GPUs away from running containers.
     With the systemd cgroup driver a reload rewrites every container's device rules through
     C(/dev/char/MAJOR:MINOR), and a device without that link is dropped (NVML then fails with "Unknown Error" in
@@ -35,7 +48,9 @@ description:
     the processes, RV(gpu_guard)); a later run restarts the service once the links are in place
     (C(kubegpu.node.nvidia_container_toolkit) creates them) or with O(drained=true).
   - An undo record (what a role changed, so that C(state=absent) can restore it) is best passed as one more file, so
-    that it is written and restored together with the configuration it describes.
+    that it is written and restored together with the configuration it describes. Put it before the files it
+    describes when adding, and after them when undoing, so that a run cut between two files never leaves a change
+    without the record that undoes it.
   - Runs on the controller; on the node it needs only what ansible-core's builtin modules need (Python 3.8 or later).
 author:
   - kubegpu.node maintainers (@kubegpu)
@@ -45,15 +60,15 @@ attributes:
     description: Runs as an action plugin on the controller.
   check_mode:
     support: full
-    description: Reads the files and reports what would change (and whether the service would restart); writes and
-      restarts nothing.
+    description: Reads the files (and the note of an earlier change) and reports what would change and whether the
+      service would restart; writes and restarts nothing.
   diff_mode:
     support: full
     description: Shows each changed file before and after (a symbolic link is shown with its target).
   idempotent:
     support: full
     description: Files that already hold the content, mode and ownership asked for are not written, and the service
-      is not restarted.
+      is not restarted (unless an earlier run's change to them is noted as not active or not verified yet).
 options:
   service:
     description:
@@ -97,10 +112,10 @@ options:
     description:
       - Restart O(service) after a change (or after a change an earlier run wrote without a restart).
       - When false, the files are written, the task warns, and RV(restart_pending) says that the service still runs
-        with the previous ones. The change is noted in O(pending_dir) with the way back to the files the service runs
-        with, so that a later run with O(restart=true) restarts it even when no file changes then, and rolls back to
-        those files if the service does not come back. A restart or reboot of the service in the meantime makes the
-        note void.
+        with the previous ones. The note of the change in O(pending_dir) stays, with the way back to the files the
+        service runs with, so that a later run with O(restart=true) restarts it even when no file changes then, and
+        rolls back to those files if the service does not come back. When the service restarts (or the node reboots)
+        in the meantime, the next run asks it whether it answers instead.
     type: bool
     default: true
   reload:
@@ -159,17 +174,30 @@ options:
     type: path
     default: /var/lib/kubegpu/backup
   pending_dir:
-    description: Where a change written without a restart is noted (one JSON file per unit, mode C(0600)).
+    description:
+      - Where a change is noted from before its first file is written until the service answers with it (one JSON
+        file per unit, mode C(0600), in a folder of mode C(0700)). A change written without a restart stays noted
+        until a run restarts the service.
     type: path
     default: /var/lib/kubegpu/pending
   error_pattern:
     description:
       - A regular expression (Python) for the journal lines of O(service) that read like its own error; the last one
-        logged since the restart is quoted when the service does not come back.
+        logged by the processes the restart started (by the same process since a reload) is quoted when the service
+        does not come back.
       - The default matches the formats of dockerd, containerd, CRI-O and the kubelet.
     type: str
 notes:
-  - Content is compared by SHA-1 with the file on the node, so a no-op run reads each file's checksum and nothing else.
+  - Content is compared by SHA-1 with the file on the node, so a no-op run reads each file's checksum (and whether a
+    note of an earlier change exists) and nothing else.
+  - "Test hook, never for production: when the environment of the controller's C(ansible-playbook) sets
+    C(KUBEGPU_NODE_TEST_KILL_AT) to the name of a step, the controller kills itself at that step (SIGKILL of the
+    worker and of C(ansible-playbook)): no cleanup, no rescue, as a cancelled job or a dead execution node leaves a
+    run. The steps, in their order - C(backed-up) (copies made), C(noted) (the note written), C(wrote-1), C(wrote-2),
+    ... (the n-th changed file written or removed), C(daemon-reloaded), C(restarted) (the restart or reload
+    returned), C(verified) (the service answers; the note not removed yet); after a failed verification
+    C(restored-1), C(restored-2), ... (the n-th file put back, the last first) and C(rolled-back) (restarted with the
+    previous files). The molecule scenario C(service_config_kill) uses it."
 seealso:
   - module: ansible.builtin.copy
   - module: ansible.builtin.systemd_service
@@ -237,7 +265,9 @@ files:
       type: str
       returned: when the file was written or removed
 restarted:
-  description: Whether O(service) was restarted or reloaded (in check mode, whether it would be).
+  description:
+    - Whether O(service) was restarted or reloaded (in check mode, whether it would be); the task then reports
+      C(changed) too.
   returned: always
   type: bool
 restart_pending:

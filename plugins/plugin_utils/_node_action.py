@@ -8,11 +8,18 @@
 from __future__ import annotations
 
 import base64
+import os
 import shlex
-from typing import Any
+import signal
+from typing import Any, ClassVar
 
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
+
+# Test hook (kubegpu.node.service_config documents it): when the controller's environment names a step here, the
+# controller dies at that step as a SIGKILL leaves it, with no cleanup and no rescue, so that a test can check what
+# the next run makes of a change cut at exactly that point. Never set outside tests.
+KILL_AT_ENV = "KUBEGPU_NODE_TEST_KILL_AT"
 
 
 class NodeError(Exception):
@@ -20,15 +27,50 @@ class NodeError(Exception):
 
 
 class NodeAction(ActionBase):
-    """ActionBase with the few node operations this collection's actions use."""
+    """ActionBase with the few node operations this collection's actions use, and their one run() frame.
+
+    An action sets `argument_spec` and `failures` (the exceptions whose text is the task's failure message) and
+    implements `_run(args)`, which returns the task's result. The frame validates the arguments, turns those
+    exceptions into `failed` with their message, and removes the task's temporary folder on the node in every case.
+    """
 
     TRANSFERS_FILES = True
     _requires_connection = True
     _vars: dict[str, Any]
+    argument_spec: ClassVar[dict[str, Any]] = {}
+    failures: ClassVar[tuple[type[Exception], ...]] = (NodeError,)
+
+    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        del tmp
+        self._vars = task_vars or {}
+        _validation, args = self.validate_argument_spec(self.argument_spec)
+        try:
+            result.update(self._run(args))
+        except self.failures as exc:
+            result.update(failed=True, msg=str(exc))
+        finally:
+            self.cleanup()
+        return result
+
+    def _run(self, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def step(name: str) -> None:
+        """A step boundary of a change (see KILL_AT_ENV): the controller is killed here when a test asks for it."""
+        if os.environ.get(KILL_AT_ENV) == name:
+            # The worker and the ansible-playbook process that forked it, as a SIGKILL of the controller leaves them.
+            os.kill(os.getppid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def module_outcome(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run a module on the node (in check mode when the task is) and return what it returned, failed or not."""
+        return self._execute_module(module_name=name, module_args=args, task_vars=self._vars)
 
     def module(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run a module on the node (in check mode when the task is); raise NodeError with its message if it fails."""
-        outcome = self._execute_module(module_name=name, module_args=args, task_vars=self._vars)
+        outcome = self.module_outcome(name, args)
         if outcome.get("failed"):
             details = [to_text(outcome.get("msg", "")).strip()]
             details += [to_text(outcome.get(key, "")).strip() for key in ("stderr", "stdout") if outcome.get(key)]
@@ -56,9 +98,7 @@ class NodeAction(ActionBase):
 
     def read_bytes(self, path: str) -> bytes | None:
         """A file's bytes; None when it does not exist."""
-        outcome = self._execute_module(
-            module_name="ansible.legacy.slurp", module_args={"src": path}, task_vars=self._vars
-        )
+        outcome = self.module_outcome("ansible.legacy.slurp", {"src": path})
         if outcome.get("failed"):
             if "file not found" in to_text(outcome.get("msg", "")).lower():
                 return None

@@ -193,12 +193,26 @@ def restart_failure_message(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Restoring, and changes written but not yet active (a restart held back)
+# Restoring, and the note of a change the service may not run with yet
 # ---------------------------------------------------------------------------------------------------------------------
+
+# The steps of a change, in their order (kubegpu.node.service_config's documentation names them for its test hook).
+# Every prefix leaves the node in a state the next run completes or undoes: the note (with the way back) is written
+# before the first file and removed only once the service answers with the files, or runs with the previous ones again.
+STEP_BACKED_UP = "backed-up"  # the previous files are copied; nothing else changed yet
+STEP_NOTED = "noted"  # the note is written; no file changed yet
+STEP_WROTE = "wrote-{}"  # the n-th changed file (1, 2, ...) is written or removed
+STEP_DAEMON_RELOADED = "daemon-reloaded"  # systemctl daemon-reload ran; the service was not restarted yet
+STEP_RESTARTED = "restarted"  # the restart (or reload) returned; not verified yet
+STEP_VERIFIED = "verified"  # the service answers; the note is still there
+STEP_RESTORED = "restored-{}"  # after a failure: the n-th file (counted from the last) is put back
+STEP_ROLLED_BACK = "rolled-back"  # after a failure: the service was restarted with the previous files
 
 
 def restore_entry(change: FileChange, backup: str | None, created_dirs: list[str]) -> dict[str, Any]:
-    """How to put one file back as it was before the change: JSON, so a held-back change can keep it on the node."""
+    """How to put one file back as it was before the change, and what it was (to tell whether it is back already).
+
+    JSON, so that the note keeps it on the node."""
     state = change.state
     return {
         "path": state.path,
@@ -206,6 +220,8 @@ def restore_entry(change: FileChange, backup: str | None, created_dirs: list[str
         "backup": backup,
         "attributes": restore_attributes(state) if state.exists else None,
         "created_dirs": created_dirs,
+        "existed": state.exists,
+        "checksum": state.checksum if state.exists else None,
     }
 
 
@@ -217,10 +233,10 @@ def merge_restore_entries(earlier: list[dict[str, Any]], now: list[dict[str, Any
 
 
 def pending_is_current(marker: dict[str, Any] | None, boot_id: str, service_started_us: int | None) -> bool:
-    """Whether a held-back change is still not active: the service has not (re)started since it was written.
+    """Whether the service has not (re)started since the note was written, so it still runs the files before it.
 
     `service_started_us` is the unit's ExecMainStartTimestampMonotonic (microseconds since boot; 0 or None when the
-    service does not run). A reboot (another boot_id) or a restart since the marker was written made it active.
+    service does not run). A reboot (another boot_id) or a restart since the note was written made it active.
     """
     if not isinstance(marker, dict) or marker.get("boot_id") != boot_id:
         return False
@@ -230,8 +246,57 @@ def pending_is_current(marker: dict[str, Any] | None, boot_id: str, service_star
     return not service_started_us or service_started_us <= written
 
 
+@dataclass(frozen=True)
+class Planned:
+    """What one file will be once this run's writes are done (or is, when this run does not touch it)."""
+
+    exists: bool
+    checksum: str | None = None
+    mode: str | None = None
+    owner: str | None = None
+    group: str | None = None
+
+
+def planned_state(change: FileChange) -> Planned:
+    """The file as this run leaves it (as it is, when nothing differs)."""
+    state = change.state
+    if not change.changed:
+        return current_as_planned(state)
+    if not change.wanted:
+        return Planned(exists=False)
+    attributes = {"mode": state.mode, "owner": state.owner, "group": state.group} if state.exists else {}
+    attributes.update(write_attributes(change))
+    return Planned(exists=True, checksum=sha1(change.spec["content"]), **attributes)
+
+
+def current_as_planned(state: FileState) -> Planned:
+    if not state.exists:
+        return Planned(exists=False)
+    return Planned(exists=True, checksum=state.checksum, mode=state.mode, owner=state.owner, group=state.group)
+
+
+def back_as_before(entries: list[dict[str, Any]], after: dict[str, Planned]) -> bool:
+    """Whether every file of a note will be as it was before the noted change (`after`: by real path), so that a
+    service that has not restarted since the note runs with exactly those files and needs no restart.
+
+    An entry of an older note, which did not keep what the file was, never counts as back."""
+    for entry in entries:
+        planned = after.get(entry["real_path"])
+        if planned is None or "existed" not in entry:
+            return False
+        if planned.exists != bool(entry["existed"]):
+            return False
+        if planned.exists:
+            attributes = entry.get("attributes") or {}
+            if planned.checksum != entry.get("checksum") or any(
+                getattr(planned, key) != attributes.get(key) for key in ("mode", "owner", "group")
+            ):
+                return False
+    return True
+
+
 def parse_marker(text: str | None) -> dict[str, Any] | None:
-    """A pending-restart marker; None when there is none or it is unreadable (then it counts as not pending)."""
+    """A note of a change; None when there is none or it cannot be read (then it counts as none)."""
     if not text:
         return None
     try:
@@ -240,12 +305,139 @@ def parse_marker(text: str | None) -> dict[str, Any] | None:
         return None
     if not isinstance(marker, dict) or not isinstance(marker.get("restore"), list):
         return None
+    if not all(_is_restore_entry(entry) for entry in marker["restore"]):
+        return None
     return marker
+
+
+def _is_restore_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("path"), str)
+        and isinstance(entry.get("real_path"), str)
+        and (entry.get("backup") is None or isinstance(entry.get("backup"), str))
+        and (entry.get("attributes") is None or isinstance(entry.get("attributes"), dict))
+        and isinstance(entry.get("created_dirs"), list)
+        and all(isinstance(folder, str) for folder in entry["created_dirs"])
+        and (entry.get("backup") is None or isinstance(entry.get("attributes"), dict))
+    )
 
 
 def uptime_us(proc_uptime: str) -> int:
     """Microseconds since boot from /proc/uptime ("12345.67 8910.11")."""
     return int(float(proc_uptime.split()[0]) * 1_000_000)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The journal lines of the processes a restart started (not those of the process it replaced)
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Read on the node right before a restart or reload, in one command: systemd's start limit and failed state are
+# cleared (a unit that failed or restarted often must not be refused by its start limit and mistaken for refusing its
+# configuration), then the journal's position (`-- cursor: ...`) and the unit's invocation ID are printed.
+BEFORE_RESTART_SCRIPT = """
+systemctl reset-failed "$1" 2>/dev/null
+journalctl --lines=0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p'
+echo
+systemctl show "$1" --property=InvocationID --value
+"""
+
+# The fields read from the unit's journal after a failed restart (journalctl --output=json --output-fields=...).
+JOURNAL_FIELDS = "MESSAGE,_PID,_SYSTEMD_UNIT,_SYSTEMD_INVOCATION_ID,INVOCATION_ID"
+
+
+@dataclass(frozen=True)
+class RestartMark:
+    """Where a restart started: the journal's position and the unit's invocation ID then (either may be empty)."""
+
+    cursor: str = ""
+    invocation: str = ""
+
+
+def parse_restart_mark(text: str) -> RestartMark:
+    """BEFORE_RESTART_SCRIPT's output: the cursor line (may be missing), an empty line, the invocation ID."""
+    head, _sep, tail = text.partition("\n\n")
+    if not _sep:  # no cursor line at all (an empty journal): the output starts with the empty line
+        head, tail = "", text.lstrip("\n")
+    return RestartMark(cursor=head.strip(), invocation=tail.strip())
+
+
+def journal_entries(text: str) -> list[dict[str, Any]]:
+    """The entries of `journalctl --output=json` (one JSON object a line); lines that are not JSON are skipped."""
+    entries = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _message(entry: dict[str, Any]) -> str:
+    """An entry's MESSAGE: journalctl writes text that is not valid UTF-8 as a list of byte values."""
+    message = entry.get("MESSAGE")
+    if isinstance(message, list):
+        return bytes(b for b in message if isinstance(b, int) and 0 <= b < 256).decode("utf-8", errors="replace")
+    return message if isinstance(message, str) else ""
+
+
+def started_invocations(entries: list[dict[str, Any]], before: str, after: str) -> set[str]:
+    """The invocations of the unit started by a restart: `after` (the unit's invocation ID right after the restart
+    returned) and those systemd started after it (automatic restarts, Restart=), never `before`.
+
+    The order of invocations comes from systemd's own entries about the unit (PID 1, field INVOCATION_ID): the journal
+    orders the entries of different processes only roughly, systemd's own in the order it logged them. No invocation
+    when `after` is empty or equals `before`: the restart started no process (systemd's start limit refused it)."""
+    if not after or after == before:
+        return set()
+    order: list[str] = []
+    for entry in entries:
+        invocation = entry.get("INVOCATION_ID")
+        if str(entry.get("_PID")) == "1" and isinstance(invocation, str) and invocation not in order:
+            order.append(invocation)
+    started = set(order[order.index(after) :]) if after in order else {after}
+    started.discard(before)
+    return started
+
+
+def lines_of(entries: list[dict[str, Any]], unit: str, invocations: set[str] | None) -> list[str]:
+    """What the unit's own processes logged (not systemd about it), of the given invocations (None: of any).
+
+    An entry the journal could not attribute to an invocation (a process that exited before journald looked it up)
+    counts when another entry of the same process is attributed."""
+    own = [entry for entry in entries if entry.get("_SYSTEMD_UNIT") == unit and str(entry.get("_PID")) != "1"]
+    invocation_of_pid = {
+        str(entry.get("_PID")): entry["_SYSTEMD_INVOCATION_ID"]
+        for entry in own
+        if isinstance(entry.get("_SYSTEMD_INVOCATION_ID"), str) and entry.get("_PID") is not None
+    }
+    lines = []
+    for entry in own:
+        invocation = entry.get("_SYSTEMD_INVOCATION_ID") or invocation_of_pid.get(str(entry.get("_PID")))
+        if invocations is None or invocation in invocations:
+            lines.append(_message(entry))
+    return lines
+
+
+def new_process_error(
+    journal_json: str, unit: str, mark: RestartMark, after: str, reloaded: bool, pattern: str = DEFAULT_ERROR_PATTERN
+) -> str | None:
+    """The last line reading like an error that the unit logged after its restart (or reload), from the output of
+    `journalctl --unit=UNIT --after-cursor=MARK --output=json`.
+
+    After a restart, only lines of the processes that restart started count: a crash loop of the previous process,
+    or the previous process's words while it stopped, are not the new configuration's error. After a reload the
+    process stays the same: its lines after the mark count."""
+    entries = journal_entries(journal_json)
+    if reloaded:
+        invocations = {after} if after else None
+    else:
+        invocations = started_invocations(entries, mark.invocation, after)
+        if not invocations:
+            return None
+    return daemon_error("\n".join(lines_of(entries, unit, invocations)), pattern)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
 
@@ -274,3 +277,162 @@ def test_held_back_reload_warning_names_the_processes_devices_and_both_ways_out(
     assert "kubegpu.node.nvidia_container_toolkit" in message
     assert "drained: true" in message
     assert "NVIDIA/nvidia-docker#1730" in message
+
+
+# --- the note of a change, and whether its files are back as they were --------------------------------------------
+
+
+def test_a_restore_entry_keeps_what_the_file_was():
+    state = sc.file_state("/etc/x.conf", REGULAR, None)
+    change = sc.plan_change({"path": "/etc/x.conf", "content": "a = 2\n"}, state)
+    kept = sc.restore_entry(change, "/b/x.1", [])
+    assert kept["existed"] and kept["checksum"] == sc.sha1("a = 1\n")
+    assert kept["attributes"] == {"mode": "0640", "owner": "root", "group": "docker"}
+    new = sc.plan_change({"path": "/etc/new", "content": "x"}, sc.file_state("/etc/new", {"exists": False}, None))
+    assert sc.restore_entry(new, None, ["/etc"]) | {"created_dirs": []} == {
+        "path": "/etc/new",
+        "real_path": "/etc/new",
+        "backup": None,
+        "attributes": None,
+        "created_dirs": [],
+        "existed": False,
+        "checksum": None,
+    }
+
+
+def _noted(path: str, content: str | None) -> dict:
+    """The note's entry for a file that held `content` (None: did not exist) before the noted change."""
+    stat = {**REGULAR, "checksum": sc.sha1(content)} if content is not None else {"exists": False}
+    state = sc.file_state(path, stat, None)
+    return sc.restore_entry(
+        sc.plan_change({"path": path, "content": "changed"}, state), "/b/x" if content else None, []
+    )
+
+
+def _after(path: str, content: str | None, spec: dict | None = None) -> sc.Planned:
+    stat = {**REGULAR, "checksum": sc.sha1(content)} if content is not None else {"exists": False}
+    return sc.planned_state(sc.plan_change(spec or {"path": path, "content": content}, sc.file_state(path, stat, None)))
+
+
+def test_a_note_is_moot_when_every_file_ends_as_it_was_before_the_noted_change():
+    entries = [_noted("/etc/main", "a = 1\n"), _noted("/etc/dropin", None)]
+    # The run that follows a cut change puts both back (state absent): nothing differs from what the service runs.
+    back = {"/etc/main": _after("/etc/main", "a = 1\n"), "/etc/dropin": _after("/etc/dropin", None)}
+    assert sc.back_as_before(entries, back)
+    # The drop-in stays written: the service has not read it yet.
+    written = {**back, "/etc/dropin": _after("/etc/dropin", "nvidia")}
+    assert not sc.back_as_before(entries, written)
+    # The same bytes with another mode are not the file the service read.
+    moded = {
+        **back,
+        "/etc/main": _after("/etc/main", "a = 1\n", {"path": "/etc/main", "content": "a = 1\n", "mode": "0600"}),
+    }
+    assert not sc.back_as_before(entries, moded)
+    # A file this run does not know, or a note of an older version that did not keep what the file was: not moot.
+    assert not sc.back_as_before(entries, {"/etc/main": back["/etc/main"]})
+    older = [{key: value for key, value in entry.items() if key not in ("existed", "checksum")} for entry in entries]
+    assert not sc.back_as_before(older, back)
+
+
+@pytest.mark.parametrize(
+    "restore",
+    [
+        [1],
+        [{"path": "/etc/a", "real_path": "/etc/a", "backup": "/b/a", "attributes": None, "created_dirs": []}],
+        [{"path": "/etc/a", "real_path": "/etc/a", "backup": None, "attributes": None, "created_dirs": "/etc"}],
+        [{"path": "/etc/a", "backup": None, "attributes": None, "created_dirs": []}],
+    ],
+)
+def test_a_note_whose_way_back_cannot_be_read_counts_as_none(restore):
+    assert sc.parse_marker(json.dumps({"restore": restore, "boot_id": "b", "written_us": 1})) is None
+
+
+# --- the journal lines of the processes a restart started (captured on Debian 11 and 13) --------------------------
+
+JOURNAL = Path(__file__).parent / "fixtures" / "journal"
+CASES = json.loads((JOURNAL / "cases.json").read_text())
+CRASH_LOOPS = sorted(name for name in CASES if name.startswith("crash_loop"))
+RELOADS = sorted(name for name in CASES if name.startswith("reload"))
+
+
+def _case(name: str) -> tuple[str, dict, sc.RestartMark]:
+    case = CASES[name]
+    return (JOURNAL / name).read_text(), case, sc.RestartMark(cursor="s=...", invocation=case["before"])
+
+
+@pytest.mark.parametrize("name", CRASH_LOOPS)
+def test_a_crash_loop_of_the_previous_process_is_not_the_new_configurations_error(name):
+    journal, case, mark = _case(name)
+    entries = sc.journal_entries(journal)
+    # What reading every line of the unit since the mark would quote: the old process's crash loop.
+    everything = "\n".join(sc.lines_of(entries, case["unit"], None))
+    assert "old configuration" in sc.daemon_error(everything)
+    # The processes the restart started logged no error of their own: nothing is quoted.
+    assert sc.new_process_error(journal, case["unit"], mark, case["after"], reloaded=False) is None
+    started = sc.started_invocations(entries, case["before"], case["after"])
+    assert case["after"] in started and case["before"] not in started
+    new_lines = sc.lines_of(entries, case["unit"], started)
+    assert new_lines and set(new_lines) == {"reading /etc/demo/new"}
+    # With a pattern that matches them, their own line is what is quoted.
+    quoted = sc.new_process_error(journal, case["unit"], mark, case["after"], reloaded=False, pattern="reading")
+    assert quoted == "reading /etc/demo/new"
+
+
+def test_the_process_an_automatic_restart_started_before_the_restart_is_not_the_restarts():
+    # trixie: the crash loop's last automatic restart (the "before" ID) had already read the new file.
+    journal, case, _mark = _case("crash_loop_then_restart.trixie.json")
+    entries = sc.journal_entries(journal)
+    assert sc.lines_of(entries, case["unit"], {case["before"]}) == ["reading /etc/demo/new"]
+    started = sc.started_invocations(entries, case["before"], case["after"])
+    # The restart's invocation and those systemd started after it (Restart=), in the order PID 1 logged them.
+    order = [e["INVOCATION_ID"] for e in entries if e["_PID"] == "1" and e["MESSAGE"] == "Started demo.service."]
+    assert order.index(case["before"]) < order.index(case["after"])
+    assert started == set(order[order.index(case["after"]) :])
+
+
+@pytest.mark.parametrize("name", CRASH_LOOPS)
+def test_a_restart_refused_by_the_start_limit_started_no_process_to_quote(name):
+    journal, case, mark = _case(name)
+    # The invocation ID did not change: systemd started nothing, so nothing in the journal is the new configuration's.
+    assert sc.new_process_error(journal, case["unit"], mark, case["before"], reloaded=False, pattern=".") is None
+    assert sc.new_process_error(journal, case["unit"], mark, "", reloaded=False, pattern=".") is None
+
+
+@pytest.mark.parametrize("name", RELOADS)
+def test_after_a_reload_the_same_process_lines_since_the_mark_count(name):
+    journal, case, mark = _case(name)
+    error = sc.new_process_error(journal, case["unit"], mark, case["after"], reloaded=True)
+    assert error == 'level=error msg="reload refused: new"'
+
+
+def test_a_line_the_journal_did_not_attribute_counts_by_its_process():
+    entries = [
+        {"_PID": "1", "INVOCATION_ID": "old", "MESSAGE": "Stopping x.service..."},
+        {"_PID": "10", "_SYSTEMD_UNIT": "x.service", "MESSAGE": "level=fatal msg=old"},  # unattributed, old process
+        {"_PID": "1", "INVOCATION_ID": "new", "MESSAGE": "Started x.service."},
+        {"_PID": "20", "_SYSTEMD_UNIT": "x.service", "_SYSTEMD_INVOCATION_ID": "new", "MESSAGE": "starting"},
+        {"_PID": "20", "_SYSTEMD_UNIT": "x.service", "MESSAGE": [108, 101, 118, 101, 108, 61, 102, 97, 116, 97, 108]},
+        {"_PID": "1", "INVOCATION_ID": "later", "MESSAGE": "Started x.service."},
+        {"_PID": "30", "_SYSTEMD_UNIT": "x.service", "_SYSTEMD_INVOCATION_ID": "later", "MESSAGE": "error: again"},
+        "not an entry",
+    ]
+    text = "\n".join(json.dumps(entry) for entry in entries) + "\nnot json\n"
+    parsed = sc.journal_entries(text)
+    assert sc.started_invocations(parsed, "old", "new") == {"new", "later"}
+    # PID 20's line without an invocation is PID 20's invocation's; PID 10's cannot be placed and is left out. A
+    # message that is not UTF-8 comes as a list of bytes.
+    assert sc.lines_of(parsed, "x.service", {"new"}) == ["starting", "level=fatal"]
+    assert sc.new_process_error(text, "x.service", sc.RestartMark("c", "old"), "new", reloaded=False) == "error: again"
+
+
+@pytest.mark.parametrize(
+    ("output", "mark"),
+    [
+        ("s=1;i=2\n\nabc\n", sc.RestartMark("s=1;i=2", "abc")),
+        ("\nabc\n", sc.RestartMark("", "abc")),
+        ("s=1;i=2\n\n\n", sc.RestartMark("s=1;i=2", "")),
+        ("", sc.RestartMark("", "")),
+    ],
+)
+def test_the_mark_before_a_restart(output, mark):
+    assert sc.parse_restart_mark(output) == mark
