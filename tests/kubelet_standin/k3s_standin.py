@@ -115,14 +115,18 @@ def main(name, argv):
         if gate_flag == "--feature-gates" and sep:
             flag_gates.update(ks.flag_gate_list(value))
     ks.validate(flag_gates, version, "initial flags-based config")
-    gates = {}
+    docs = []
     if name == "k3s" and version >= (1, 32) and os.path.isdir(KUBELET_DROPINS):
         for entry in sorted(os.listdir(KUBELET_DROPINS)):
             if entry.endswith(".conf"):
-                gates.update(ks.load_config(os.path.join(KUBELET_DROPINS, entry)))
+                docs.append(ks.load_doc(os.path.join(KUBELET_DROPINS, entry)))
+    gates = {}
+    for doc in docs:
+        gates.update(doc.get("featureGates") or {})
     gates.update(flag_gates)
     ks.validate(gates, version, "config file")
-    ks.serve(core, gates, flags, ready=notify_ready)
+    flag_values = dict(flag.partition("=")[::2] for flag in flags if "=" in flag)
+    ks.serve(core, gates, flags, ready=notify_ready, healthz=ks.healthz_address(docs, flag_values))
     return 0
 
 
