@@ -15,7 +15,8 @@ install/configuration):
   stand-in (kubelet_standin.py's table for the k3s version's Kubernetes minor): an unknown gate exits 1 with
   "unrecognized feature gate: NAME", a locked one set to the other value exits 1. k3s 1.32 and later also reads the
   kubelet drop-ins in /var/lib/rancher/k3s/agent/etc/kubelet.conf.d/*.conf (flags override them).
-- Otherwise it tells systemd it is ready (Type=notify, as their units are), answers /healthz on 127.0.0.1:10248 and
+- Otherwise it tells systemd it is ready (Type=notify, as their units are), answers /healthz on 127.0.0.1:10248 (or
+  where healthz-port/healthz-bind-address in kubelet-arg say) and
   writes what its kubelet runs with to /run/kubelet-standin/state.json, like the kubelet stand-in.
 """
 
