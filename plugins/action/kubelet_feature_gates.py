@@ -136,8 +136,9 @@ class ActionModule(NodeAction):
         if args["cdi_devices"]:
             managed["DevicePluginCDIDevices"] = True
 
+        in_use = self._units_in_use([unit for distribution in args["embedded"] for unit in distribution["units"]])
         for distribution in args["embedded"]:
-            unit = self._running_unit(distribution["units"])
+            unit = next((unit for unit in distribution["units"] if unit in in_use), None)
             if unit:
                 planned, config = self._plan_embedded(distribution, unit, table, managed, user, args["healthz_url"])
                 out = self._finish(args, planned, service=unit)
@@ -199,20 +200,15 @@ class ActionModule(NodeAction):
         for attempt in range(HEALTH_TRIES):
             if attempt:
                 time.sleep(HEALTH_DELAY)
+            if url:
+                said = self._get(url)
+                if not said:
+                    return {"ok": True, "url": url}
             shown = self.command(["systemctl", "show", service, f"--property={','.join(ks.HEALTH_SHOW_PROPERTIES)}"])
             state = ks.unit_state(shown["stdout"])
-            if url:
-                outcome = self._execute_module(
-                    module_name="ansible.legacy.uri",
-                    module_args={"url": url, "status_code": [200], "timeout": 5, "return_content": False},
-                    task_vars=self._vars,
-                )
-                if not outcome.get("failed"):
-                    return {"ok": True, "url": url}
-                said = to_text(outcome.get("msg", "")).strip() or "no answer"
-            elif state.get("ActiveState") == "active":
-                return {"ok": True, "url": None}
-            else:
+            if not url:
+                if state.get("ActiveState") == "active":
+                    return {"ok": True, "url": None}
                 said = "its health endpoint is turned off (healthzPort 0)"
             if ks.is_down(state):
                 break
@@ -263,19 +259,33 @@ class ActionModule(NodeAction):
             out["warnings"] = planned.warnings
         return out
 
+    def _get(self, url: str) -> str:
+        """GET `url` on the node; '' when it answers 200, else what went wrong. A read, so it runs in check mode too
+        (the uri module itself skips check mode)."""
+        check_mode = self._task.check_mode
+        self._task.check_mode = False
+        try:
+            outcome = self._execute_module(
+                module_name="ansible.legacy.uri",
+                module_args={"url": url, "status_code": [200], "timeout": 5, "return_content": False},
+                task_vars=self._vars,
+            )
+        finally:
+            self._task.check_mode = check_mode
+        if not outcome.get("failed"):
+            return ""
+        return to_text(outcome.get("msg", "")).strip() or "no answer"
+
     # -----------------------------------------------------------------------------------------------------------------
     # k3s and rke2: the kubelet runs inside their process and takes its flags from kubelet-arg in their config files
     # -----------------------------------------------------------------------------------------------------------------
 
-    def _running_unit(self, units: list[str]) -> str | None:
-        """The first of `units` that is installed and enabled or running (a k3s/rke2 node runs one of them)."""
-        for unit in units:
-            shown = self.command(["systemctl", "show", unit, "--property=LoadState,UnitFileState,ActiveState"])
-            if shown["rc"] != 0:
-                continue
-            if ke.unit_in_use(shown["stdout"]):
-                return unit
-        return None
+    def _units_in_use(self, units: list[str]) -> set[str]:
+        """Which of `units` are installed and enabled or running (a k3s/rke2 node runs one of them), in one command."""
+        if not units:
+            return set()
+        shown = self.command(["systemctl", "show", *units, "--property=Id,LoadState,UnitFileState,ActiveState"])
+        return set(ke.units_in_use(shown["stdout"])) if shown["rc"] == 0 else set()
 
     def _find(self, folder: str, pattern: str) -> list[str]:
         found = self.module("ansible.legacy.find", {"paths": [folder], "patterns": [pattern], "file_type": "file"})

@@ -39,7 +39,7 @@ description:
     systemd last read it.
   - Reads where the kubelet answers C(/healthz) (C(healthzPort) and C(healthzBindAddress) of its config file and
     drop-ins, C(--healthz-port) and C(--healthz-bind-address) flags over them) and whether it answers now
-    (RV(health)); when it does not, RV(health.message) says what systemd says and the kubelet's own last error from
+    (RV(health)); when it does not, its C(message) says what systemd says and the kubelet's own last error from
     its journal, and where a gate that error names is set.
   - Fails before any change for a gate the user asked for that this kubelet would refuse, and for a node whose
     kubelet settings a provisioner regenerates (kops nodeup, EKS nodeadm), saying what to change at the source.
@@ -244,7 +244,8 @@ healthz_url:
   type: str
   sample: http://127.0.0.1:10248/healthz
 verify:
-  description: How M(kubegpu.node.service_config) checks that the kubelet answers after a restart (its O(verify)).
+  description: How M(kubegpu.node.service_config) checks that the kubelet answers after a restart
+    (O(kubegpu.node.service_config#module:verify)).
   returned: success
   type: dict
   sample: {url: "http://127.0.0.1:10248/healthz"}

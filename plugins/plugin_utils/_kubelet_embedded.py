@@ -375,6 +375,17 @@ def unit_in_use(show: str) -> bool:
     )
 
 
+def units_in_use(show: str) -> list[str]:
+    """`systemctl show UNIT... --property=Id,LoadState,UnitFileState,ActiveState` (one block per unit, blank lines
+    between them): the units that are in use, in the order shown."""
+    found: list[str] = []
+    for block in show.split("\n\n"):
+        props = dict(line.partition("=")[::2] for line in block.splitlines())
+        if props.get("Id") and unit_in_use(block):
+            found.append(props["Id"])
+    return found
+
+
 def unit_overrides(argv: list[str], environment: dict[str, str], name: str, default: str) -> tuple[str, list[str]]:
     """The configuration file the unit's command line (--config/-c) or environment ({NAME}_CONFIG_FILE) names, and
     the --kubelet-arg values on its command line (they replace config.yaml's whole list, as the docs say)."""

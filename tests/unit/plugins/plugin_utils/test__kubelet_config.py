@@ -41,7 +41,7 @@ def test_json_gate_taken_out_as_json_every_other_byte_kept():
 
 
 def test_json_gate_added_and_changed_in_place():
-    text, _ = kc.set_config_gates(
+    text, _rewritten = kc.set_config_gates(
         EKS_JSON, PATH, {"RotateKubeletServerCertificate": False, "DevicePlugins": True, "X": True}
     )
     assert text == EKS_JSON.replace(
@@ -50,12 +50,12 @@ def test_json_gate_added_and_changed_in_place():
 
 
 def test_json_feature_gates_left_empty_goes_and_a_new_one_is_added_in_the_file_s_style():
-    without, _ = kc.set_config_gates(EKS_JSON, PATH, {})
+    without, _rewritten = kc.set_config_gates(EKS_JSON, PATH, {})
     assert '"featureGates"' not in without and json.loads(without)["serverTLSBootstrap"] is True
     assert without.startswith('{\n  "kind"') and without.endswith('"serverTLSBootstrap": true\n}\n')
-    again, _ = kc.set_config_gates(without, PATH, {"DevicePlugins": True})
+    again, _rewritten = kc.set_config_gates(without, PATH, {"DevicePlugins": True})
     assert again.endswith('"serverTLSBootstrap": true,\n  "featureGates": {\n    "DevicePlugins": true\n  }\n}\n')
-    one_line, _ = kc.set_config_gates('{"kind": "KubeletConfiguration"}', PATH, {"A": True})
+    one_line, _rewritten = kc.set_config_gates('{"kind": "KubeletConfiguration"}', PATH, {"A": True})
     assert one_line == '{"kind": "KubeletConfiguration", "featureGates": {"A": true}}'
 
 
