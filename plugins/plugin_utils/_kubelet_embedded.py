@@ -368,7 +368,7 @@ def _plan(
 def unit_in_use(show: str) -> bool:
     """`systemctl show UNIT --property=LoadState,UnitFileState,ActiveState`: installed, and enabled or running (a node
     that merely has the package's unit file, disabled and stopped, is not a k3s/rke2 node)."""
-    props = dict(line.partition("=")[::2] for line in show.splitlines())
+    props = ks.unit_state(show)
     return props.get("LoadState") == "loaded" and (
         props.get("UnitFileState", "").startswith("enabled")
         or props.get("ActiveState") in ("active", "activating", "reloading")
@@ -380,7 +380,7 @@ def units_in_use(show: str) -> list[str]:
     between them): the units that are in use, in the order shown."""
     found: list[str] = []
     for block in show.split("\n\n"):
-        props = dict(line.partition("=")[::2] for line in block.splitlines())
+        props = ks.unit_state(block)
         if props.get("Id") and unit_in_use(block):
             found.append(props["Id"])
     return found

@@ -139,9 +139,10 @@ class Resolved:
         """Where an argument is written, for messages."""
         if arg.source:
             found = self.defs.get(arg.source)
-            where = f"{found.path}" if found else "nowhere"
-            how = "Environment=" if found and found.kind == "unit" else "environment file"
-            return f"${arg.source} ({how} {where})" if found else f"${arg.source}"
+            if found is None:
+                return f"${arg.source}"
+            how = "Environment=" if found.kind == "unit" else "environment file"
+            return f"${arg.source} ({how} {found.path})"
         command = self.service.command
         return f"ExecStart= of {command.path}" if command else "ExecStart="
 
@@ -736,6 +737,7 @@ HEALTH_SHOW_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "Exe
 
 
 def unit_state(show: str) -> dict[str, str]:
+    """`systemctl show UNIT --property=...` as a mapping."""
     return dict(line.partition("=")[::2] for line in show.splitlines() if "=" in line)
 
 
