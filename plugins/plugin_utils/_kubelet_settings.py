@@ -152,9 +152,9 @@ def resolve(unit: UnitFiles, texts: dict[str, str | None]) -> Resolved:
     environment files (which override it; a later one wins), ExecStart= expanded."""
     if unit.load_state and unit.load_state != "loaded":
         raise PlanError(f"systemd says {unit.unit} is {unit.load_state!r}, not loaded: is the kubelet installed?")
-    present = [(path, texts[path]) for path in unit.files if texts.get(path) is not None]
+    files = [(path, text) for path in unit.files if (text := texts.get(path)) is not None]
     try:
-        service = sd.read_service([(path, text) for path, text in present if text is not None], unit.unit)
+        service = sd.read_service(files, unit.unit)
     except sd.SyntaxProblem as exc:
         raise PlanError(f"systemd cannot start {unit.unit} as written: {exc}; nothing was changed") from None
     if service.command is None:
