@@ -7,11 +7,15 @@
 
 from __future__ import annotations
 
+import base64
+import time
 from typing import Any
 
+from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_embedded as ke
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates as kg
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_settings as ks
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
 
 ARGUMENT_SPEC: dict[str, Any] = {
@@ -33,6 +37,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
         },
     },
     "allow_provisioned_edit": {"type": "bool", "default": False},
+    "healthz_url": {"type": "str", "default": ""},
+    "check_health": {"type": "bool", "default": True},
     "embedded": {
         "type": "list",
         "elements": "dict",
@@ -50,6 +56,16 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 # --config-dir drop-ins exist from kubelet 1.28 (alpha behind KUBELET_CONFIG_DROPIN_DIR_ALPHA; beta 1.30).
 CONFIG_DIR_SINCE = (1, 28)
+# A kubelet that systemd says is starting (or running) but that does not answer yet is asked again for this long.
+HEALTH_TRIES = 15
+HEALTH_DELAY = 2.0
+# Reads files (r:PATH, printed in base64 on one line; "-" when missing, "?" when not a regular file) and tests paths
+# (e:PATH: "1" or "-") in one command: POSIX sh and coreutils' base64, nothing else on the node.
+READ_SCRIPT = (
+    'for a; do p=${a#??}; case $a in e:*) if [ -e "$p" ] || [ -L "$p" ]; then echo 1; else echo -; fi;; '
+    '*) if [ -f "$p" ]; then c=$(base64 < "$p") || exit 3; printf %s "$c" | tr -d "\\n"; echo; '
+    "elif [ -e \"$p\" ]; then echo '?'; else echo -; fi;; esac; done"
+)
 
 
 class ActionModule(NodeAction):
@@ -58,13 +74,45 @@ class ActionModule(NodeAction):
     failures = (ks.PlanError, kg.GateTableError, NodeError)
 
     def _text(self, path: str) -> str | None:
-        data = self.read_bytes(path)
-        if data is None:
-            return None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ks.PlanError(f"{path} is not UTF-8 text; it was left untouched") from None
+        return self._texts([path])[path]
+
+    def _texts(self, paths: list[str]) -> dict[str, str | None]:
+        """Several files read in one command (None: it does not exist)."""
+        wanted = list(dict.fromkeys(p for p in paths if p))
+        if not wanted:
+            return {}
+        found = self._node_read([f"r:{path}" for path in wanted])
+        texts: dict[str, str | None] = {}
+        for path, data in zip(wanted, found):
+            if data is None:
+                texts[path] = None
+                continue
+            try:
+                texts[path] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ks.PlanError(f"{path} is not UTF-8 text; it was left untouched") from None
+        return texts
+
+    def _node_read(self, requests: list[str]) -> list[bytes | None]:
+        """`r:PATH` (its bytes; None when missing) and `e:PATH` (b"" when it exists; None when not), in one command."""
+        outcome = self.command(["sh", "-c", READ_SCRIPT, "-", *requests])
+        lines = outcome["stdout"].split("\n")
+        if outcome["rc"] != 0 or len(lines) < len(requests):
+            raise NodeError(
+                f"reading {', '.join(r[2:] for r in requests)} failed (rc {outcome['rc']}): "
+                f"{(outcome['stderr'] or outcome['stdout']).strip()}"
+            )
+        found: list[bytes | None] = []
+        for request, line in zip(requests, lines):
+            if line == "-":
+                found.append(None)
+            elif line == "?":
+                raise ks.PlanError(f"{request[2:]} is not a regular file; it was left untouched")
+            elif request.startswith("e:"):
+                found.append(b"")
+            else:
+                found.append(base64.b64decode(line))
+        return found
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         user = {}
@@ -79,10 +127,11 @@ class ActionModule(NodeAction):
         if args["cdi_devices"]:
             managed["DevicePluginCDIDevices"] = True
 
+        in_use = self._units_in_use([unit for distribution in args["embedded"] for unit in distribution["units"]])
         for distribution in args["embedded"]:
-            unit = self._running_unit(distribution["units"])
+            unit = next((unit for unit in distribution["units"] if unit in in_use), None)
             if unit:
-                planned, config = self._plan_embedded(distribution, unit, table, managed, user)
+                planned, config = self._plan_embedded(distribution, unit, table, managed, user, args["healthz_url"])
                 out = self._finish(args, planned, service=unit)
                 out.update(distribution=distribution["name"], config_file=config)
                 return out
@@ -94,27 +143,15 @@ class ActionModule(NodeAction):
                 f"{(said['stderr'] or said['stdout']).strip()}. Install the kubelet first; nothing was changed"
             )
         version = ks.kubelet_version(said["stdout"] or said["stderr"])
-
-        shown = self.command(
-            ["systemctl", "show", args["service"], "--property=ExecStart,Environment,EnvironmentFiles"]
-        )
-        if shown["rc"] != 0:
-            raise ks.PlanError(f"systemctl show {args['service']} failed: {shown['stderr'].strip()}")
-        unit = ks.parse_unit(shown["stdout"])
-        env_texts = {path: self._text(path) for path in dict.fromkeys(unit.env_files)}
-        if args["default_env_file"] not in env_texts:
-            env_texts[args["default_env_file"]] = self._text(args["default_env_file"])
-        sources = ks.resolve_sources(unit, env_texts)
-        config_text = self._text(sources.config_path) if sources.config_path else None
+        unit, texts = self._read_unit(args["service"], [args["default_env_file"]])
+        resolved = ks.resolve(unit, texts)
+        config_path = ks.last_flag(resolved.values(), "--config")
+        config_dir = ks.last_flag(resolved.values(), "--config-dir")
+        config_text = self._text(config_path) if config_path else None
         dropin_texts: dict[str, str] = {}
-        if sources.config_dir and version >= CONFIG_DIR_SINCE:
-            found = self.module(
-                "ansible.legacy.find", {"paths": [sources.config_dir], "patterns": ["*.conf"], "file_type": "file"}
-            )
-            for entry in found.get("files", []):
-                text = self._text(entry["path"])
-                if text is not None:
-                    dropin_texts[entry["path"]] = text
+        if config_dir and version >= CONFIG_DIR_SINCE:
+            found = self._texts(self._find(config_dir, "*.conf"))
+            dropin_texts = {path: text for path, text in found.items() if text is not None}
 
         planned = ks.plan(
             version=version,
@@ -122,24 +159,75 @@ class ActionModule(NodeAction):
             managed=managed,
             user=user,
             unit=unit,
-            env_texts=env_texts,
+            texts=texts,
             config_text=config_text,
             dropin_texts=dropin_texts,
             default_env_file=args["default_env_file"],
+            healthz_override=args["healthz_url"],
         )
 
         out = self._finish(args, planned)
-        out.update(config_file=sources.config_path, config_dir=sources.config_dir)
+        out.update(config_file=config_path, config_dir=config_dir)
         return out
+
+    def _read_unit(self, service: str, more: list[str]) -> tuple[ks.UnitFiles, dict[str, str | None]]:
+        """What systemd says of the unit, and the text of its files, its environment files and `more`."""
+        properties = ",".join(ks.SHOW_PROPERTIES)
+        shown = self.command(
+            ["sh", "-c", 'systemctl show "$1" --property="$2" && systemctl --version', "-", service, properties]
+        )
+        if shown["rc"] != 0:
+            raise ks.PlanError(f"systemctl show {service} failed: {(shown['stderr'] or shown['stdout']).strip()}")
+        unit = ks.parse_show(shown["stdout"], service)
+        texts = self._texts([*unit.files, *[path for path, _optional in unit.env_files], *more])
+        return unit, texts
+
+    def _health(self, service: str, planned: ks.Plan) -> dict[str, Any]:
+        """Whether the kubelet answers now (its healthz endpoint, or systemd's word when it has none); when it does
+        not, systemd's state and its own last error. A kubelet that systemd says is starting gets some time."""
+        url = planned.healthz_url
+        said = ""
+        state: dict[str, str] = {}
+        for attempt in range(HEALTH_TRIES):
+            if attempt:
+                time.sleep(HEALTH_DELAY)
+            if url:
+                said = self._get(url)
+                if not said:
+                    return {"ok": True, "url": url}
+            shown = self.command(["systemctl", "show", service, f"--property={','.join(ks.HEALTH_SHOW_PROPERTIES)}"])
+            state = ks.unit_state(shown["stdout"])
+            if not url:
+                if state.get("ActiveState") == "active":
+                    return {"ok": True, "url": None}
+                said = "its health endpoint is turned off (healthzPort 0)"
+            if ks.is_down(state):
+                break
+        pid = state.get("ExecMainPID", "0")
+        journal = ["journalctl", f"_SYSTEMD_UNIT={service}", "--output=cat", "--no-pager", "--lines=200"]
+        if pid.isdigit() and pid != "0":
+            journal.append(f"_PID={pid}")
+        lines = self.command(journal)
+        error = sc.daemon_error(lines["stdout"]) if lines["rc"] == 0 else None
+        return {
+            "ok": False,
+            "url": url,
+            "state": state,
+            "error": error,
+            "message": ks.unhealthy_message(service, url, said, state, error, planned),
+        }
 
     def _finish(self, args: dict[str, Any], planned: ks.Plan, service: str | None = None) -> dict[str, Any]:
         provisioner = None
-        for entry in args["provisioners"]:
-            if self.stat(entry["marker"]).get("exists"):
+        markers = [entry["marker"] for entry in args["provisioners"]]
+        exists = self._node_read([f"e:{marker}" for marker in markers]) if markers else []
+        for entry, found in zip(args["provisioners"], exists):
+            if found is not None:
                 provisioner = entry
                 break
         if provisioner and planned.files and not args["allow_provisioned_edit"]:
             raise ks.PlanError(ks.provisioner_message(provisioner["name"], provisioner["setting"], planned))
+        unit = service or args["service"]
         out: dict[str, Any] = {
             "changed": False,
             "version": planned.version,
@@ -147,29 +235,48 @@ class ActionModule(NodeAction):
             "before": planned.before,
             "after": planned.after,
             "removed": planned.removed,
-            "service": service or args["service"],
+            "service": unit,
             "distribution": None,
             "config_file": None,
             "config_dir": None,
             "provisioner": provisioner["name"] if provisioner else None,
+            "daemon_reload": planned.daemon_reload,
+            "healthz_url": planned.healthz_url,
+            "verify": {"url": planned.healthz_url} if planned.healthz_url else {},
+            "argv": planned.argv,
+            "health": self._health(unit, planned) if args["check_health"] else {"ok": True, "url": None},
         }
         if planned.warnings:
             out["warnings"] = planned.warnings
         return out
 
+    def _get(self, url: str) -> str:
+        """GET `url` on the node; '' when it answers 200, else what went wrong. A read, so it runs in check mode too
+        (the uri module itself skips check mode)."""
+        check_mode = self._task.check_mode
+        self._task.check_mode = False
+        try:
+            outcome = self._execute_module(
+                module_name="ansible.legacy.uri",
+                module_args={"url": url, "status_code": [200], "timeout": 5, "return_content": False},
+                task_vars=self._vars,
+            )
+        finally:
+            self._task.check_mode = check_mode
+        if not outcome.get("failed"):
+            return ""
+        return to_text(outcome.get("msg", "")).strip() or "no answer"
+
     # -----------------------------------------------------------------------------------------------------------------
     # k3s and rke2: the kubelet runs inside their process and takes its flags from kubelet-arg in their config files
     # -----------------------------------------------------------------------------------------------------------------
 
-    def _running_unit(self, units: list[str]) -> str | None:
-        """The first of `units` that is installed and enabled or running (a k3s/rke2 node runs one of them)."""
-        for unit in units:
-            shown = self.command(["systemctl", "show", unit, "--property=LoadState,UnitFileState,ActiveState"])
-            if shown["rc"] != 0:
-                continue
-            if ke.unit_in_use(shown["stdout"]):
-                return unit
-        return None
+    def _units_in_use(self, units: list[str]) -> set[str]:
+        """Which of `units` are installed and enabled or running (a k3s/rke2 node runs one of them), in one command."""
+        if not units:
+            return set()
+        shown = self.command(["systemctl", "show", *units, "--property=Id,LoadState,UnitFileState,ActiveState"])
+        return set(ke.units_in_use(shown["stdout"])) if shown["rc"] == 0 else set()
 
     def _find(self, folder: str, pattern: str) -> list[str]:
         found = self.module("ansible.legacy.find", {"paths": [folder], "patterns": [pattern], "file_type": "file"})
@@ -182,6 +289,7 @@ class ActionModule(NodeAction):
         table: dict[str, list[kg.Stage]],
         managed: dict[str, bool],
         user: dict[str, bool],
+        healthz_url: str,
     ) -> tuple[ks.Plan, str]:
         name = distribution["name"]
         said = self.command([distribution["binary"], "--version"])
@@ -191,15 +299,16 @@ class ActionModule(NodeAction):
                 f"{(said['stderr'] or said['stdout']).strip()}; nothing was changed"
             )
         version = ke.embedded_version(said["stdout"] or said["stderr"], name)
-        shown = self.command(["systemctl", "show", unit, "--property=ExecStart,Environment,EnvironmentFiles"])
-        parsed = ks.parse_unit(shown["stdout"]) if shown["rc"] == 0 else ks.Unit([], {}, [])
-        config, cli_args = ke.unit_overrides(parsed.argv, parsed.environment, name, distribution["config_file"])
+        unit_files, unit_texts = self._read_unit(unit, [])
+        resolved = ks.resolve(unit_files, unit_texts)
+        environment = {name: found.value.value for name, found in resolved.defs.items()}
+        config, cli_args = ke.unit_overrides(resolved.values(), environment, name, distribution["config_file"])
         files = [config, *self._find(config + ".d", "*.yaml")]
         dropins: list[str] = []
         since = distribution.get("kubelet_dropin_since")
         if distribution.get("kubelet_dropin_dir") and since and version >= kg.parse_minor(since):
             dropins = self._find(distribution["kubelet_dropin_dir"], "*.conf")
-        texts = {path: self._text(path) for path in files + dropins}
+        texts = self._texts(files + dropins)
         planned = ke.plan(
             name=name,
             version=version,
@@ -208,6 +317,7 @@ class ActionModule(NodeAction):
             user=user,
             layout=ke.Layout(config_files=files, kubelet_dropins=dropins),
             texts=texts,
+            healthz_override=healthz_url,
         )
         if cli_args and planned.files:
             raise ks.PlanError(

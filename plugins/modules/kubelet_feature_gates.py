@@ -13,11 +13,17 @@ module: kubelet_feature_gates
 short_description: Plan the kubelet's feature gates for its version, wherever this node's kubelet reads them
 version_added: 0.3.0
 description:
-  - Reads the kubelet's version (C(kubelet --version)) and where its systemd unit takes its settings from (the
-    C(ExecStart) variables and the environment files that define them, such as kubeadm's
-    C(/var/lib/kubelet/kubeadm-flags.env) and C(KUBELET_EXTRA_ARGS) in C(/etc/default/kubelet) or
-    C(/etc/sysconfig/kubelet); the C(--config) file, such as kubeadm's C(/var/lib/kubelet/config.yaml); and the
-    C(--config-dir) drop-ins from kubelet 1.28).
+  - Reads the kubelet's version (C(kubelet --version)) and where its systemd unit takes its settings from, as systemd
+    and the kubelet read them. The unit file and its drop-ins (C(systemctl show) names them) are read with systemd's
+    own rules (continued lines, comments, C(Environment=) words with their quoting and C escapes, C(%) specifiers, an
+    empty assignment resetting the list); the environment files (C(EnvironmentFile=), optional ones with C(-)) with
+    those of its environment-file parser (continued lines, single and double quotes, escapes, the last assignment
+    winning); C(ExecStart=) is expanded as systemd expands it at start (C($NAME) split at whitespace with quotes
+    removed, C(${NAME}) kept whole). So flags in kubeadm's C(/var/lib/kubelet/kubeadm-flags.env), C(KUBELET_EXTRA_ARGS)
+    in C(/etc/default/kubelet) or C(/etc/sysconfig/kubelet), C(Environment=) lines of a drop-in (kubeadm 1.8 and
+    1.9) or C(ExecStart=) itself are all found where they are written.
+  - Reads the C(--config) file (YAML or JSON, such as kubeadm's C(/var/lib/kubelet/config.yaml) or EKS'
+    C(/etc/kubernetes/kubelet/kubelet-config.json)) and the C(--config-dir) drop-ins from kubelet 1.28.
   - Decides, from a table of what each kubelet minor release knows (stage, default, lock, and the Kubernetes change
     that says so), which gates to write and which to take out. A gate the kubelet would refuse (unknown, removed, or
     locked to the other value) is never written; the gates this collection manages are written only where they are
@@ -25,6 +31,16 @@ description:
   - Flags override the config file, so every place that names a gate gets the same value. A gate that no file names
     yet goes into the config file, or into the flags when the kubelet has none.
   - Returns the new text of each file to change (for M(kubegpu.node.service_config)); it changes nothing itself.
+    Each edit changes the gate list where it is written and keeps every other byte of the file (a JSON file is
+    edited as JSON; YAML C(featureGates) in block or flow style keeps the file's comments). Before returning, the
+    planned files are read back as systemd would read them; an edit that would give the kubelet anything else than
+    the planned gates, or change any other argument or variable, fails the task instead.
+  - A change to a unit file or drop-in returns RV(daemon_reload) true, as does a unit that changed on disk since
+    systemd last read it.
+  - Reads where the kubelet answers C(/healthz) (C(healthzPort) and C(healthzBindAddress) of its config file and
+    drop-ins, C(--healthz-port) and C(--healthz-bind-address) flags over them) and whether it answers now
+    (RV(health)); when it does not, its C(message) says what systemd says and the kubelet's own last error from
+    its journal, and where a gate that error names is set.
   - Fails before any change for a gate the user asked for that this kubelet would refuse, and for a node whose
     kubelet settings a provisioner regenerates (kops nodeup, EKS nodeadm), saying what to change at the source.
   - On a k3s or rke2 node (one of the units of an O(embedded) entry installed and enabled or running), the kubelet
@@ -106,6 +122,16 @@ options:
     description: Plan the files of a provisioner-owned node anyway (a later provisioner run may undo it).
     type: bool
     default: false
+  healthz_url:
+    description:
+      - The URL that answers 200 when the kubelet runs, instead of the one read from its configuration.
+      - Empty reads it from the kubelet's own configuration (default C(http://127.0.0.1:10248/healthz)).
+    type: str
+    default: ""
+  check_health:
+    description: Ask the kubelet whether it answers now (RV(health)).
+    type: bool
+    default: true
   embedded:
     description:
       - Distributions whose kubelet runs inside their own process (the role passes k3s and rke2), checked in order
@@ -158,8 +184,8 @@ EXAMPLES = r"""
   kubegpu.node.service_config:
     service: kubelet
     files: "{{ gates.files }}"
-    verify:
-      url: http://127.0.0.1:10248/healthz
+    daemon_reload: "{{ gates.daemon_reload }}"
+    verify: "{{ gates.verify }}"
 """
 
 RETURN = r"""
@@ -207,4 +233,31 @@ provisioner:
   description: The provisioner found to own this node, if any.
   returned: success
   type: str
+daemon_reload:
+  description: Whether systemd must read the unit's files again before the restart (a unit file or drop-in changes,
+    or changed on disk since systemd read it).
+  returned: success
+  type: bool
+healthz_url:
+  description: Where the kubelet answers C(/healthz) (null when its config turns the endpoint off).
+  returned: success
+  type: str
+  sample: http://127.0.0.1:10248/healthz
+verify:
+  description: How M(kubegpu.node.service_config) checks that the kubelet answers after a restart
+    (O(kubegpu.node.service_config#module:verify)).
+  returned: success
+  type: dict
+  sample: {url: "http://127.0.0.1:10248/healthz"}
+argv:
+  description: The kubelet's command line as systemd starts it (the unit's C(ExecStart=) expanded).
+  returned: success
+  type: list
+  elements: str
+health:
+  description: Whether the kubelet answers now (C(ok)); when it does not, C(message) says why (systemd's state, the
+    kubelet's last error, where a gate that error names is set).
+  returned: success
+  type: dict
+  sample: {ok: true, url: "http://127.0.0.1:10248/healthz"}
 """

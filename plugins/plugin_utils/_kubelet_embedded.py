@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_config as kc
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates as kg
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_settings as ks
 
@@ -245,6 +246,7 @@ def plan(
     user: dict[str, bool],
     layout: Layout,
     texts: dict[str, str | None],
+    healthz_override: str = "",
 ) -> ks.Plan:
     """The files to change so that the embedded kubelet runs with the gates its version accepts.
 
@@ -252,13 +254,45 @@ def plan(
     gate no file names is appended to the kubelet-arg list of the last configuration file that has one (config.yaml
     when none has).
     """
+    try:
+        return _plan(
+            name=name,
+            version=version,
+            table=table,
+            managed=managed,
+            user=user,
+            layout=layout,
+            texts=texts,
+            healthz_override=healthz_override,
+        )
+    except kc.ConfigError as exc:
+        raise ks.PlanError(str(exc)) from None
+
+
+def _plan(
+    *,
+    name: str,
+    version: tuple[int, int],
+    table: dict[str, list[kg.Stage]],
+    managed: dict[str, bool],
+    user: dict[str, bool],
+    layout: Layout,
+    texts: dict[str, str | None],
+    healthz_override: str,
+) -> ks.Plan:
     docs = [(path, load_doc(texts.get(path), path)) for path in layout.config_files]
     flags = args_gates(merged_args(docs))
-    dropins = {path: ks.config_gates(texts.get(path), path) for path in layout.kubelet_dropins}
+    dropins = {path: kc.config_gates(texts.get(path), path) for path in layout.kubelet_dropins}
     before = ks.effective({}, list(dropins.values()), flags)
     present: dict[str, bool] = {}
-    for gates in [*dropins.values(), *[args_gates(_doc_args(doc, path)) for path, doc in docs]]:
+    places: dict[str, list[str]] = {}
+    for where, gates in [
+        *dropins.items(),
+        *[(f"{KEY} in {path}", args_gates(_doc_args(doc, path))) for path, doc in docs],
+    ]:
         present.update(gates)
+        for gate in gates:
+            places.setdefault(gate, []).append(where)
     present.update(flags)
     decision = ks.decide(table, version, managed, user, present)
     drop = set(decision.drop)
@@ -294,15 +328,14 @@ def plan(
             continue
         wanted_gates = {g: decision.set.get(g, v) for g, v in dropins[path].items() if g not in drop}
         if wanted_gates != dropins[path]:
-            text, rewritten = ks.set_config_gates(texts.get(path), path, wanted_gates)
-            left = {k: v for k, v in ks.load_config(text, path).items() if k not in ("apiVersion", "kind")}
-            new_texts[path] = text if left else None
+            text, rewritten = kc.set_config_gates(texts.get(path), path, wanted_gates)
+            new_texts[path] = text if kc.meaningful(kc.load_config(text, path)) else None
             files.append({"path": path, "content": new_texts[path]})
             if rewritten:
                 warnings.append(f"{path} was written out again whole (its featureGates are not a plain block)")
 
     after_docs = [(path, load_doc(new_texts.get(path), path)) for path in layout.config_files]
-    after_dropins = [ks.config_gates(new_texts.get(path), path) for path in layout.kubelet_dropins]
+    after_dropins = [kc.config_gates(new_texts.get(path), path) for path in layout.kubelet_dropins]
     after = ks.effective({}, after_dropins, args_gates(merged_args(after_docs)))
     removed = {gate: why for gate, why in decision.drop.items() if gate in present}
     if removed:
@@ -311,6 +344,13 @@ def plan(
             f"feature gates taken out of {name}'s kubelet settings: "
             + "; ".join(f"{gate} ({why})" for gate, why in removed.items()),
         )
+    arg_flags: dict[str, str] = {}
+    for entry in merged_args(docs):
+        flag, sep, value = ("--" + entry.lstrip("-")).partition("=")
+        if sep:
+            arg_flags[flag] = value
+    dropin_docs = [(p, kc.load_config(texts[p] or "", p)) for p in layout.kubelet_dropins if texts.get(p)]
+    endpoint = kc.healthz(dropin_docs, arg_flags)
     return ks.Plan(
         version=f"{version[0]}.{version[1]}",
         files=files,
@@ -318,17 +358,32 @@ def plan(
         after=after,
         removed=removed,
         warnings=warnings,
+        healthz_url=healthz_override or endpoint.url(),
+        argv=[f"--{entry.lstrip('-')}" for entry in merged_args(docs)],
+        places=places,
+        read=[path for path in [*layout.config_files, *layout.kubelet_dropins] if texts.get(path) is not None],
     )
 
 
 def unit_in_use(show: str) -> bool:
     """`systemctl show UNIT --property=LoadState,UnitFileState,ActiveState`: installed, and enabled or running (a node
     that merely has the package's unit file, disabled and stopped, is not a k3s/rke2 node)."""
-    props = dict(line.partition("=")[::2] for line in show.splitlines())
+    props = ks.unit_state(show)
     return props.get("LoadState") == "loaded" and (
         props.get("UnitFileState", "").startswith("enabled")
         or props.get("ActiveState") in ("active", "activating", "reloading")
     )
+
+
+def units_in_use(show: str) -> list[str]:
+    """`systemctl show UNIT... --property=Id,LoadState,UnitFileState,ActiveState` (one block per unit, blank lines
+    between them): the units that are in use, in the order shown."""
+    found: list[str] = []
+    for block in show.split("\n\n"):
+        props = ks.unit_state(block)
+        if props.get("Id") and unit_in_use(block):
+            found.append(props["Id"])
+    return found
 
 
 def unit_overrides(argv: list[str], environment: dict[str, str], name: str, default: str) -> tuple[str, list[str]]:

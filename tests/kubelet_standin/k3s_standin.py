@@ -15,7 +15,8 @@ install/configuration):
   stand-in (kubelet_standin.py's table for the k3s version's Kubernetes minor): an unknown gate exits 1 with
   "unrecognized feature gate: NAME", a locked one set to the other value exits 1. k3s 1.32 and later also reads the
   kubelet drop-ins in /var/lib/rancher/k3s/agent/etc/kubelet.conf.d/*.conf (flags override them).
-- Otherwise it tells systemd it is ready (Type=notify, as their units are), answers /healthz on 127.0.0.1:10248 and
+- Otherwise it tells systemd it is ready (Type=notify, as their units are), answers /healthz on 127.0.0.1:10248 (or
+  where healthz-port/healthz-bind-address in kubelet-arg say) and
   writes what its kubelet runs with to /run/kubelet-standin/state.json, like the kubelet stand-in.
 """
 
@@ -115,14 +116,18 @@ def main(name, argv):
         if gate_flag == "--feature-gates" and sep:
             flag_gates.update(ks.flag_gate_list(value))
     ks.validate(flag_gates, version, "initial flags-based config")
-    gates = {}
+    docs = []
     if name == "k3s" and version >= (1, 32) and os.path.isdir(KUBELET_DROPINS):
         for entry in sorted(os.listdir(KUBELET_DROPINS)):
             if entry.endswith(".conf"):
-                gates.update(ks.load_config(os.path.join(KUBELET_DROPINS, entry)))
+                docs.append(ks.load_doc(os.path.join(KUBELET_DROPINS, entry)))
+    gates = {}
+    for doc in docs:
+        gates.update(doc.get("featureGates") or {})
     gates.update(flag_gates)
     ks.validate(gates, version, "config file")
-    ks.serve(core, gates, flags, ready=notify_ready)
+    flag_values = dict(flag.partition("=")[::2] for flag in flags if "=" in flag)
+    ks.serve(core, gates, flags, ready=notify_ready, healthz=ks.healthz_address(docs, flag_values))
     return 0
 
 

@@ -3,11 +3,13 @@
 """A STAND-IN for the kubelet, for the molecule tests only (no kubelet can be had on the test machines).
 
 It starts the way the real kubelet does under systemd (the package's unit, kubeadm's drop-in and its environment
-files), reads the same flags (--config, --config-dir, --feature-gates, in either --flag=value or --flag value form),
-the KubeletConfiguration file and the drop-in folder, and validates the feature gates as the real kubelet of its
-version does: "unrecognized feature gate: NAME" for a gate that version does not know, "cannot set feature gate NAME
-to V, feature is locked to D" for a locked one, both fatal (exit 1). Otherwise it runs and answers /healthz on
-127.0.0.1:10248, and writes what it runs with to /run/kubelet-standin/state.json for the tests to read.
+files), reads the same flags (--config, --config-dir, --feature-gates, --healthz-port, --healthz-bind-address, in
+either --flag=value or --flag value form), the KubeletConfiguration file (YAML, or JSON as EKS writes it: the real
+kubelet reads both through sigs.k8s.io/yaml) and the drop-in folder, with flags over the files as in the real
+kubelet, and validates the feature gates as the real kubelet of its version does: "unrecognized feature gate: NAME"
+for a gate that version does not know, "cannot set feature gate NAME to V, feature is locked to D" for a locked one,
+both fatal (exit 1). Otherwise it runs and answers /healthz where healthzBindAddress and healthzPort say (default
+127.0.0.1:10248), and writes what it runs with to /run/kubelet-standin/state.json for the tests to read.
 
 `kubelet --version` prints "Kubernetes vX.Y.Z", X.Y.Z read from /etc/kubelet-standin/version (the test writes it).
 Runs on Python 3.8 and later, with Debian's python3-yaml.
@@ -18,13 +20,15 @@ import http.server
 import json
 import os
 import sys
+import time
 
 VERSION_FILE = "/etc/kubelet-standin/version"
 STATE_DIR = "/run/kubelet-standin"
 HEALTHZ = ("127.0.0.1", 10248)
 
 # What the modelled kubelet knows: gate -> [(since minor, stage, default, locked, source)]. Kept apart from the
-# role's table on purpose: this one models Kubernetes, the role's decides.
+# role's table on purpose: this one models Kubernetes, the role's decides. Both are checked against Kubernetes' own
+# feature-gate history (tests/unit/kubelet_standin/fixtures/feature_gate_history.yml, from kubernetes/website).
 GATES = {
     "Accelerators": [
         ((1, 6), "alpha", False, False, "pkg/features/kube_features.go v1.6.0"),
@@ -50,13 +54,27 @@ VALUE_FLAGS = {
     "--config",
     "--config-dir",
     "--feature-gates",
+    "--healthz-port",
+    "--healthz-bind-address",
     "--kubeconfig",
     "--bootstrap-kubeconfig",
     "--container-runtime-endpoint",
     "--pod-infra-container-image",
     "--node-labels",
     "--v",
+    # the flags of kubeadm's 1.8/1.9 drop-in (10-kubeadm.conf of that time)
+    "--pod-manifest-path",
+    "--network-plugin",
+    "--cni-conf-dir",
+    "--cni-bin-dir",
+    "--cluster-dns",
+    "--cluster-domain",
+    "--authorization-mode",
+    "--client-ca-file",
+    "--cadvisor-port",
+    "--cert-dir",
 }
+BOOL_FLAGS = {"--allow-privileged", "--rotate-certificates"}
 
 
 def klog(level, message):
@@ -107,15 +125,18 @@ def parse_bool(text, where):
     fatal(f"invalid value of {where}: {text}, err: strconv.ParseBool: parsing {text!r}: invalid syntax")
 
 
-def load_config(path):
+def load_doc(path):
+    """A KubeletConfiguration file: JSON when it reads as JSON, YAML otherwise (both are what the kubelet takes)."""
     import yaml  # Debian's python3-yaml
 
     try:
         with open(path, encoding="utf-8") as handle:
-            doc = yaml.safe_load(handle.read()) or {}
+            text = handle.read()
     except FileNotFoundError:
         fatal(f"failed to load kubelet config file, path: {path}, error: open {path}: no such file or directory")
-    except yaml.YAMLError as exc:
+    try:
+        doc = json.loads(text) if text.lstrip().startswith("{") else (yaml.safe_load(text) or {})
+    except (ValueError, yaml.YAMLError) as exc:
         fatal(f"failed to load kubelet config file, path: {path}, error: {exc}")
     if not isinstance(doc, dict):
         fatal(f"failed to load kubelet config file, path: {path}, error: not a KubeletConfiguration")
@@ -123,7 +144,22 @@ def load_config(path):
     for name, value in gates.items():
         if not isinstance(value, bool):
             fatal(f"failed to load kubelet config file, path: {path}, error: featureGates.{name} is not a bool")
-    return gates
+    return doc
+
+
+def load_config(path):
+    return load_doc(path).get("featureGates") or {}
+
+
+def healthz_address(docs, flags):
+    """healthzBindAddress/healthzPort of the config file and its drop-ins (a later one wins), the flags over them."""
+    address, port = HEALTHZ
+    for doc in docs:
+        address = str(doc.get("healthzBindAddress", address))
+        port = int(doc.get("healthzPort", port))
+    address = flags.get("--healthz-bind-address", address)
+    port = int(flags.get("--healthz-port", port))
+    return address, port
 
 
 def stage_at(name, version):
@@ -175,18 +211,28 @@ def flag_gate_list(value):
     return gates
 
 
-def serve(version_text, gates, argv, ready=None):
-    """Run: log, write what it runs with for the tests, call `ready` once listening, answer /healthz."""
+def serve(version_text, gates, argv, ready=None, healthz=HEALTHZ):
+    """Run: log, write what it runs with for the tests, call `ready` once listening, answer /healthz (port 0: the
+    endpoint is off, as in the kubelet)."""
     klog("I", f'"Kubelet version" kubeletVersion="v{version_text}"')
     klog("I", f'"Feature gates" featureGates={json.dumps(gates, sort_keys=True)}')
-    server = http.server.HTTPServer(HEALTHZ, Healthz)
+    server = http.server.HTTPServer(healthz, Healthz) if healthz[1] else None
     os.makedirs(STATE_DIR, exist_ok=True)
-    state = {"version": version_text, "feature_gates": gates, "argv": argv, "pid": os.getpid()}
+    state = {
+        "version": version_text,
+        "feature_gates": gates,
+        "argv": argv,
+        "pid": os.getpid(),
+        "healthz": f"{healthz[0]}:{healthz[1]}",
+    }
     with open(os.path.join(STATE_DIR, "state.json.tmp"), "w", encoding="utf-8") as handle:
         json.dump(state, handle, sort_keys=True)
     os.replace(os.path.join(STATE_DIR, "state.json.tmp"), os.path.join(STATE_DIR, "state.json"))
     if ready:
         ready()
+    if server is None:
+        while True:
+            time.sleep(3600)
     server.serve_forever()
 
 
@@ -196,7 +242,7 @@ def main(argv):
         print(f"Kubernetes v{version_text}")
         return 0
     flags = parse_args(argv)
-    known = {"--config", "--config-dir", "--feature-gates"} | VALUE_FLAGS
+    known = VALUE_FLAGS | BOOL_FLAGS
     for name, _value in flags:
         if name == "--config-dir" and version < (1, 28):
             fatal("unknown flag: --config-dir")
@@ -209,19 +255,22 @@ def main(argv):
     validate(flag_gates, version, "initial flags-based config")
     configs = [value for name, value in flags if name == "--config"]
     dirs = [value for name, value in flags if name == "--config-dir"]
-    gates = {}
+    docs = []
     if configs:
-        gates.update(load_config(configs[-1]))
+        docs.append(load_doc(configs[-1]))
     if dirs:
         if version < (1, 30) and not os.environ.get("KUBELET_CONFIG_DROPIN_DIR_ALPHA"):
             fatal("invalid configuration: --config-dir needs KUBELET_CONFIG_DROPIN_DIR_ALPHA set before 1.30")
         folder = dirs[-1]
         for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
             if entry.endswith(".conf"):
-                gates.update(load_config(os.path.join(folder, entry)))
+                docs.append(load_doc(os.path.join(folder, entry)))
+    gates = {}
+    for doc in docs:
+        gates.update(doc.get("featureGates") or {})
     gates.update(flag_gates)  # flags override the config file and its drop-ins
     validate(gates, version, "config file")
-    serve(version_text, gates, argv)
+    serve(version_text, gates, argv, healthz=healthz_address(docs, dict(flags)))
     return 0
 
 

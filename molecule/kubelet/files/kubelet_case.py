@@ -3,13 +3,16 @@
 """Test helper run on the molecule nodes (Python 3.8+), one command per step to keep the scenario fast.
 
 seed CASE_JSON   put the node in the state a case describes: the kubelet version, kubeadm's drop-in for the style
-                 (flags: no config file, as before kubeadm 1.10; kubeadm; configdir: also --config-dir), the files,
-                 and start the kubelet through systemd (it stays down when its files hold a gate its version refuses);
+                 (flags: no config file, as before kubeadm 1.10; kubeadm; configdir: also --config-dir; dropin: the
+                 case's own drop-in text, such as kubeadm 1.8's), the files (config_path, env_texts: the exact text
+                 of an environment file, null to remove it), and start the kubelet through systemd (it stays down
+                 when its files hold a gate its version refuses);
                  styles k3s and rke2: the kubelet unit stopped, the (stand-in) k3s or rke2 version, config.yaml and
                  config.yaml.d, k3s' kubelet.conf.d, and their unit enabled and started
-observe [UNIT]   print what a user would look at, as JSON: systemd's word for UNIT (kubelet), /healthz, what the
-                 (stand-in) kubelet runs with, and the SHA-1 of every file the kubelet reads ("absent" for a missing
-                 one) and of every file under /etc/rancher and k3s' kubelet.conf.d
+observe [UNIT]   print what a user would look at, as JSON: systemd's word for UNIT (kubelet), /healthz (where the
+                 stand-in says it listens), what the (stand-in) kubelet runs with, and the SHA-1 of every file the
+                 kubelet reads ("absent" for a missing one) and of every file under /etc/rancher and k3s'
+                 kubelet.conf.d
 """
 
 import hashlib
@@ -25,9 +28,11 @@ DROPIN = "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"
 STATE = "/run/kubelet-standin/state.json"
 FILES = {
     "config": "/var/lib/kubelet/config.yaml",
+    "json_config": "/etc/kubernetes/kubelet/kubelet-config.json",
     "kubeadm_args": "/var/lib/kubelet/kubeadm-flags.env",
     "extra_args": "/etc/default/kubelet",
     "dropin": "/etc/kubernetes/kubelet.conf.d/50-gpu.conf",
+    "unit_dropin": DROPIN,
     "marker": "/opt/kops/conf/kube_env.yaml",
 }
 CONFIG_ARGS = {
@@ -56,8 +61,13 @@ def write(path, text):
 
 
 def healthz():
+    """GET /healthz where the (stand-in) kubelet says it listens (its healthzPort/healthzBindAddress), else 10248."""
+    address = "127.0.0.1:10248"
+    if os.path.exists(STATE):
+        with open(STATE, encoding="utf-8") as handle:
+            address = json.load(handle).get("healthz", address)
     try:
-        with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=2) as answer:
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=2) as answer:
             return f"{answer.status} {answer.read().decode()}"
     except OSError as exc:
         return f"-1 {exc}"
@@ -102,19 +112,28 @@ def seed(case):
     if os.path.exists(STATE):
         os.remove(STATE)
     write("/etc/kubelet-standin/version", case["version"] + "\n")
-    with open(DROPIN_TEMPLATE, encoding="utf-8") as handle:
-        template = handle.read()
-    write(
-        DROPIN,
-        template.replace(
-            "KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml",
-            "KUBELET_CONFIG_ARGS=" + CONFIG_ARGS[case["style"]],
-        ),
-    )
-    write(FILES["config"], case.get("config"))
+    if case["style"] == "dropin":
+        write(DROPIN, case["dropin_text"])
+    else:
+        with open(DROPIN_TEMPLATE, encoding="utf-8") as handle:
+            template = handle.read()
+        config_args = CONFIG_ARGS[case["style"]]
+        if case.get("config_path"):
+            config_args = config_args.replace(FILES["config"], case["config_path"])
+        write(
+            DROPIN,
+            template.replace(
+                "KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml", "KUBELET_CONFIG_ARGS=" + config_args
+            ),
+        )
+    for path in (FILES["config"], FILES["json_config"]):
+        write(path, None)
+    write(case.get("config_path") or FILES["config"], case.get("config"))
     write(FILES["kubeadm_args"], f'KUBELET_KUBEADM_ARGS="{case.get("kubeadm_args", DEFAULT_KUBEADM_ARGS)}"\n')
     extra = case.get("extra_args")
     write(FILES["extra_args"], None if extra is None else f"KUBELET_EXTRA_ARGS={extra}\n")
+    for path, text in (case.get("env_texts") or {}).items():
+        write(path, text)
     write(FILES["dropin"], case.get("dropin"))
     write(FILES["marker"], "ClusterName: gpu.example.org\n" if case.get("marker") else None)
     systemctl("daemon-reload")

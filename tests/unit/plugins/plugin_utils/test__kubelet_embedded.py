@@ -188,3 +188,13 @@ def test_unit_overrides():
 )
 def test_a_k3s_node_is_one_whose_unit_is_enabled_or_running(show, in_use):
     assert ke.unit_in_use(show) is in_use
+
+
+def test_units_in_use_from_one_systemctl_show_of_several_units():
+    show = (
+        "Id=k3s.service\nLoadState=loaded\nUnitFileState=disabled\nActiveState=inactive\n\n"
+        "Id=k3s-agent.service\nLoadState=not-found\nUnitFileState=\nActiveState=inactive\n\n"
+        "Id=rke2-server.service\nLoadState=loaded\nUnitFileState=enabled\nActiveState=failed\n\n"
+        "Id=rke2-agent.service\nLoadState=loaded\nUnitFileState=disabled\nActiveState=active\n"
+    )
+    assert ke.units_in_use(show) == ["rke2-server.service", "rke2-agent.service"]
