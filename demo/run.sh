@@ -65,7 +65,7 @@ cuda_path = "compute/cuda/repos/debian12/x86_64"
 print(json.dumps({
     "nvidia_driver_repository_url": f"{cuda_url}/current/{cuda_path}/",
     "nvidia_driver_repository_key_url": f"{cuda_url}/good/{cuda_path}/3bf863cc.pub",
-    "nvidia_driver_repository_key_fingerprint": load("cuda-driver.keys.json")["good"],
+    "nvidia_driver_repository_key_fingerprints": [load("cuda-driver.keys.json")["good"]],
     "nvidia_container_toolkit_repo_url": f"{toolkit_url}/current/libnvidia-container",
     "nvidia_container_toolkit_repo_key_fingerprints": [load("nvidia-container-toolkit.keys.json")["good"]],
 }, indent=2))
@@ -194,11 +194,10 @@ expect "node 1 was rebooted into its new driver, node 2 not" \
 expect "only node 1 was drained" "$(grep -Ec '^changed: \[kubegpu-demo-node-[0-9] -> localhost\]' \
   <(sed -n '/^TASK \[Cordon and drain node/,/^TASK \[/p' "$work/first-run.log"))" 1
 expect "the validation table says ok for every node" "$(grep -Ec 'kubegpu-demo-node-[12] .*FAILED' "$work/first-run.log")" 0
-# The toolkit's preflight ran in site.yml's preflight play and again in each batch: the driver step had installed
-# packages since (dpkg's database changed), so what it had read was not reused.
-expect "the toolkit's preflight ran again after the driver step" "$(sed -n \
-  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
-  "$work/first-run.log" | grep -c '^ok: ')" 4
+# The toolkit's plan: a full read in site.yml's preflight play, the node read in the batch, and again after apt.
+expect "the toolkit planned from the preflight's read, then from the node's" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Plan the toolkit from the node as it is/,/^TASK \[/p' \
+  "$work/first-run.log" | grep -c '^ok: ')" 6
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 
 echo "== Running it again: nothing should change, nothing is drained"
@@ -212,12 +211,13 @@ if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log" || grep -q 'Cord
   echo "== The second run changed something (see $work/second-run.log)" >&2
   exit 1
 fi
-# The driver's and the toolkit's preflight ran once per node, in site.yml's preflight play; with nothing changed on
-# the nodes since, the batches reused the result.
-expect "each node's driver preflight ran once" "$(sed -n '/^TASK \[kubegpu.node.nvidia_driver : Read the free space/,/^TASK \[/p' \
-  "$work/second-run.log" | grep -c '^ok: ')" 2
-expect "each node's toolkit preflight ran once" "$(sed -n \
-  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
-  "$work/second-run.log" | grep -c '^ok: ')" 2
+# The driver's and the toolkit's source and own files are read once per node, in site.yml's preflight play; the
+# batch plans from what the preflight handed over and a read of the node only: two plans per node and role.
+expect "each node's driver planned twice (preflight, batch)" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_driver : Plan the driver from the node as it is/,/^TASK \[/p' \
+  "$work/second-run.log" | grep -c '^ok: ')" 4
+expect "each node's toolkit planned twice (preflight, batch)" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Plan the toolkit from the node as it is/,/^TASK \[/p' \
+  "$work/second-run.log" | grep -c '^ok: ')" 4
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 echo "== Second run: no changes"
