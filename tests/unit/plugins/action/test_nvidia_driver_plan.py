@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[4]
-TESTS = ROOT / "tests"
 CUDA_PATH = "compute/cuda/repos/debian12/x86_64"
 
 pytestmark = pytest.mark.skipif(
@@ -28,18 +27,24 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    out = tmp_path_factory.mktemp("aptrepo") / "root"
-    said = subprocess.run(
-        [sys.executable, "-m", "aptrepo", "build", str(TESTS / "aptrepo/specs/cuda-driver.yml"), str(out)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
-        check=False,
-    )
-    assert said.returncode == 0, said.stderr
-    return out, json.loads(said.stdout)
+@pytest.fixture
+def repo(cuda_repo):
+    return cuda_repo
+
+
+def mirror_args(root: Path, fingerprints: list[str] | None, tree: str = "good", **more) -> dict:
+    """The action's arguments for source mirror at the stand-in repository, its key by URL."""
+    args = {
+        "branch": "580",
+        "source": "mirror",
+        "repository_url": mirror(root, tree),
+        "repository_key_url": mirror(root) + "3bf863cc.pub",
+        "kernels": ["6.1.0-99-amd64"],
+        **more,
+    }
+    if fingerprints is not None:
+        args["repository_key_fingerprints"] = fingerprints
+    return args
 
 
 def run(tmp_path: Path, args: dict, check: bool = False) -> dict:
@@ -85,17 +90,7 @@ def mirror(repo_root: Path, tree: str = "good") -> str:
 
 def test_a_full_read_plans_from_the_signed_source(tmp_path, repo):
     root, keys = repo
-    result = run(
-        tmp_path,
-        {
-            "branch": "580",
-            "source": "mirror",
-            "repository_url": mirror(root),
-            "repository_key_url": mirror(root) + "3bf863cc.pub",
-            "repository_key_fingerprints": [keys["good"]],
-            "kernels": ["6.1.0-99-amd64"],
-        },
-    )
+    result = run(tmp_path, mirror_args(root, [keys["good"]]))
     # This machine has no headers for that kernel: the last refusal the plan makes, after the source was read.
     assert result["failed"] and "DKMS cannot build the nvidia module for 6.1.0-99-amd64" in result["msg"]
     assert "Nothing was changed" in result["msg"]
@@ -103,88 +98,48 @@ def test_a_full_read_plans_from_the_signed_source(tmp_path, repo):
 
 def test_a_source_signed_with_another_key_is_refused(tmp_path, repo):
     root, keys = repo
-    result = run(
-        tmp_path,
-        {
-            "branch": "580",
-            "source": "mirror",
-            "repository_url": mirror(root, "wrong-key"),
-            "repository_key_url": mirror(root) + "3bf863cc.pub",
-            "repository_key_fingerprints": [keys["good"]],
-        },
-    )
+    result = run(tmp_path, mirror_args(root, [keys["good"]], tree="wrong-key"))
     assert result["failed"] and "apt could not read mirror source" in result["msg"]
     assert "NO_PUBKEY" in result["msg"] and "Nothing was changed" in result["msg"]
 
 
 def test_a_key_with_an_untrusted_fingerprint_is_refused_before_apt_reads_the_source(tmp_path, repo):
     root, keys = repo
-    result = run(
-        tmp_path,
-        {
-            "branch": "580",
-            "source": "mirror",
-            "repository_url": mirror(root),
-            "repository_key_url": mirror(root) + "3bf863cc.pub",
-        },
-    )
+    result = run(tmp_path, mirror_args(root, None))
     assert result["failed"] and f"has the fingerprint(s) {keys['good']}" in result["msg"]
     assert "EB693B3035CD5710E231E123A4B469963BF863CC" in result["msg"]  # NVIDIA's, the default
 
 
 def test_the_deprecated_single_fingerprint_still_works(tmp_path, repo):
     root, keys = repo
-    result = run(
-        tmp_path,
-        {
-            "branch": "580",
-            "source": "mirror",
-            "repository_url": mirror(root),
-            "repository_key_url": mirror(root) + "3bf863cc.pub",
-            "repository_key_fingerprint": keys["good"],
-            "kernels": ["6.1.0-99-amd64"],
-        },
-    )
+    result = run(tmp_path, mirror_args(root, None, repository_key_fingerprint=keys["good"]))
     # Past the key check, to the headers.
     assert "DKMS cannot build" in result["msg"]
 
 
 def test_booleans_given_as_strings_are_booleans(tmp_path, repo):
     root, keys = repo
-    result = run(
-        tmp_path,
-        {
-            "branch": "580",
-            "source": "mirror",
-            "manage_repository": "false",
-            "headless": "false",
-            "persistenced": "False",
-            "repository_url": mirror(root),
-            "repository_key_fingerprints": [keys["good"]],
-            "kernels": ["6.1.0-99-amd64"],
-        },
-    )
-    # manage_repository false: no key is needed, the node's own lists are read (they have no branch 580 here).
+    args = mirror_args(root, [keys["good"]], manage_repository="false", headless="false", persistenced="False")
+    result = run(tmp_path, args)
+    # manage_repository false: no key is needed, the node's own lists are read (they have no branch 580 here);
+    # headless false: the metapackage is the one looked for.
     assert result["failed"] and "mirror source has no cuda-drivers-580 in branch 580" in result["msg"]
 
 
 def test_a_read_with_the_runs_checked_source_reads_neither_key_nor_source_again(tmp_path, repo):
     root, keys = repo
-    offered = {name: ["580.95.05-1"] for name in ("nvidia-driver-pinning-580", "nvidia-driver-cuda")}
-    offered |= {"nvidia-kernel-dkms": ["580.95.05-1"], "nvidia-persistenced": ["580.95.05-1"]}
-    result = run(
-        tmp_path,
-        {
-            "branch": "580",
-            "source": "mirror",
-            "repository_url": mirror(root, "nowhere"),
-            # A key URL that does not answer: a full read would stop there.
-            "repository_key_url": f"file://{root}/nowhere.pub",
-            "repository_key_fingerprints": [keys["good"]],
-            "kernels": ["6.1.0-99-amd64"],
-            "checked": {"key": None, "offered": offered, "files": {}, "pci_gpus": []},
-        },
-        check=True,
+    offered = {
+        name: ["580.95.05-1"]
+        for name in ("nvidia-driver-pinning-580", "nvidia-driver-cuda", "nvidia-kernel-dkms", "nvidia-persistenced")
+    }
+    # A repository and a key URL that do not answer: a full read would stop there.
+    args = mirror_args(
+        root,
+        [keys["good"]],
+        tree="nowhere",
+        repository_key_url=f"file://{root}/nowhere.pub",
+        checked={"key": None, "offered": offered, "files": {}, "pci_gpus": []},
     )
+    result = run(tmp_path, args, check=True)
     # The plan got as far as the kernels, from the offer handed over: no fetch, no apt update.
     assert result["failed"] and "DKMS cannot build the nvidia module for 6.1.0-99-amd64" in result["msg"]

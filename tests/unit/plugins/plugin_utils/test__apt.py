@@ -8,18 +8,13 @@ repository stand-in, served as file:// URLs): apt's own signature check, apt's o
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _apt
 
-TESTS = Path(__file__).resolve().parents[3]
-SPEC = TESTS / "aptrepo" / "specs" / "cuda-driver.yml"
 CUDA_PATH = "compute/cuda/repos/debian12/x86_64"
 
 # --- Debian version order --------------------------------------------------------------------------------------------
@@ -232,22 +227,6 @@ needs_apt = pytest.mark.skipif(
     not (shutil.which("apt-get") and Path("/usr/lib/apt/apt-helper").exists() and shutil.which("apt-ftparchive")),
     reason="needs apt, apt-helper and apt-ftparchive",
 )
-
-
-@pytest.fixture(scope="module")
-def cuda_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """The signed stand-in of NVIDIA's CUDA repository, built once (good/, wrong-key/, later/ trees)."""
-    out = tmp_path_factory.mktemp("aptrepo") / "root"
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    said = subprocess.run(
-        [sys.executable, "-m", "aptrepo", "build", str(SPEC), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert said.returncode == 0, said.stderr
-    return out, json.loads(said.stdout)
 
 
 def check(packages: list[str], **kwargs) -> _apt.SourceCheck:
