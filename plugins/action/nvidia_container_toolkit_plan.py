@@ -35,6 +35,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "source": {"type": "path", "default": "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"},
     "checked": {"type": "dict"},
     "links_only": {"type": "bool", "default": False},
+    "reread_files": {"type": "bool", "default": False},
 }
 
 
@@ -84,7 +85,11 @@ class ActionModule(NodeAction):
         checked = args["checked"]
         full = not checked and inputs.state == "present"
         tk.check_inputs(inputs)
-        said = self.command(tk.read_argv(inputs, full=full, key_url=inputs.repo_key_url if full else ""))
+        # The role's files are read once per run (the full read), unless apt changed the packages since.
+        own_files = not checked or args["reread_files"]
+        said = self.command(
+            tk.read_argv(inputs, full=full, key_url=inputs.repo_key_url if full else "", own_files=own_files)
+        )
         if said["rc"] != 0:
             raise NodeError(f"reading the node failed (rc {said['rc']}): {said['stderr'].strip() or said['stdout']}")
         node = tk.parse_read(said["stdout"])
@@ -94,6 +99,9 @@ class ActionModule(NodeAction):
             key = checked.get("key")
             files = dict(checked.get("files", {}))
             probed = bool(checked.get("probed"))
+            if not own_files:
+                node.files.update(checked.get("own_files", {}))
+                node.modes.update(checked.get("own_modes", {}))
         else:
             tk.check_key(inputs, node.source.key, node.source.key_error)
             key = node.source.key
@@ -117,4 +125,15 @@ class ActionModule(NodeAction):
                 f"{tk.RUNTIME_CONFIG_FILE} cannot be changed: {planned['runtime_config']['problem']}. It was left as "
                 "it is; correct it (nvidia-ctk config --config-file=FILE prints a valid one) and run again."
             )
-        return {"changed": False, **planned, "checked": {"key": key, "files": files, "probed": probed}}
+        owned = (tk.RUNTIME_CONFIG_FILE, tk.UDEV_RULE_FILE)
+        return {
+            "changed": False,
+            **planned,
+            "checked": {
+                "key": key,
+                "files": files,
+                "probed": probed,
+                "own_files": {path: node.files.get(path) for path in owned},
+                "own_modes": {path: node.modes[path] for path in owned if path in node.modes},
+            },
+        }

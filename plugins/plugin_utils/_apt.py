@@ -321,7 +321,7 @@ def apt_messages(lines: Iterable[str]) -> str:
         if re.match(r"^\s*(E:|W:|Err:|Err |Warning:|Error:)", line) or line.startswith("  ")
     ]
     kept = [line for line in kept if "unsandboxed" not in line]
-    return " ".join(kept) or " ".join(line.strip() for line in lines if line.strip())
+    return (" ".join(kept) or " ".join(line.strip() for line in lines if line.strip())).rstrip(".")
 
 
 def parse_source_check(stdout: str) -> SourceCheck:

@@ -403,9 +403,14 @@ def links_argv() -> list[str]:
     return ["sh", "-c", LINKS_SCRIPT + "exit 0\n", "toolkit-links"]
 
 
-def read_argv(inputs: Inputs, full: bool, key_url: str = "") -> list[str]:
-    """The node read; with key_url, the key is fetched in the same command (_apt's source check without a probe)."""
-    files = [RUNTIME_CONFIG_FILE, UDEV_RULE_FILE, *([inputs.keyring, inputs.source] if full else [])]
+def read_argv(inputs: Inputs, full: bool, key_url: str = "", own_files: bool = True) -> list[str]:
+    """The node read; with key_url, the key is fetched in the same command (_apt's source check without a probe).
+    full: the source and keyring too; own_files: config.toml and the udev rule (a node-only read later in the run
+    takes them from the full read, unless apt changed the packages since)."""
+    files = [
+        *([RUNTIME_CONFIG_FILE, UDEV_RULE_FILE] if own_files else []),
+        *([inputs.keyring, inputs.source] if full else []),
+    ]
     script = READ_SCRIPT + LINKS_SCRIPT + (_apt.SOURCE_CHECK_SCRIPT if key_url else "exit 0\n")
     env = [
         f"FILES={' '.join(files)}",
