@@ -52,8 +52,7 @@ class ActionModule(NodeAction):
         try:
             result.update(self._run(args))
         except (tk.Refusal, NodeError, ValueError) as exc:
-            text = str(exc)
-            result.update(failed=True, msg=f"{host}: {text[:1].upper()}{text[1:]}")
+            result.update(failed=True, msg=f"{host}: {exc}")
         finally:
             self.cleanup()
         return result
