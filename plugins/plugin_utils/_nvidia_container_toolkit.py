@@ -343,7 +343,8 @@ def check_key(inputs: Inputs, key: str | None, key_error: str) -> None:
     if untrusted:
         raise Refusal(
             f"the key at {inputs.repo_key_url} has the fingerprint(s) {', '.join(found)}, and only "
-            f"{', '.join(inputs.repo_key_fingerprints)} is trusted (nvidia_container_toolkit_repo_key_fingerprints). "
+            f"{', '.join(inputs.repo_key_fingerprints)} {'is' if len(inputs.repo_key_fingerprints) == 1 else 'are'} "
+            "trusted (nvidia_container_toolkit_repo_key_fingerprints). "
             "The key was not written and nothing was changed. If the repository's owner really changed its key, check "
             "the new fingerprint through another channel and set it."
         )

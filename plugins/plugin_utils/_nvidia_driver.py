@@ -508,7 +508,7 @@ def foreign_driver(found: Sequence[str]) -> str:
             "It was installed with the .run installer of NVIDIA: remove it first (nvidia-uninstall), then run the "
             "role again."
         )
-    return f"has a driver that kubegpu.node.nvidia_driver must not touch: {', '.join(found)}. {advice}"
+    return f"a driver that kubegpu.node.nvidia_driver must not touch is installed: {', '.join(found)}. {advice}"
 
 
 @dataclass(frozen=True)
@@ -881,10 +881,10 @@ def check_key(inputs: Inputs, key: str | None, key_error: str) -> None:
     except _apt.OpenPGPError as exc:
         raise Refusal(f"the key from {where} is not an OpenPGP public key ({exc}). {NOTHING_CHANGED}") from None
     if untrusted and inputs.repository_key_fingerprints:
+        trusted = [_apt.normalise_fingerprint(f) for f in inputs.repository_key_fingerprints]
         raise Refusal(
-            f"the key from {where} has the fingerprint(s) {', '.join(found)}, and only "
-            f"{', '.join(_apt.normalise_fingerprint(f) for f in inputs.repository_key_fingerprints) or 'none'} is "
-            "trusted (nvidia_driver_repository_key_fingerprints). The key was not written. If the repository's owner "
+            f"the key from {where} has the fingerprint(s) {', '.join(found)}, and only {', '.join(trusted)} "
+            f"{'is' if len(trusted) == 1 else 'are'} trusted (nvidia_driver_repository_key_fingerprints). The key was not written. If the repository's owner "
             f"really changed its key, check the new fingerprint through another channel and set it. {NOTHING_CHANGED}"
         )
 
