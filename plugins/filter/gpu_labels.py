@@ -57,13 +57,106 @@ def _first(mapping: dict[str, Any], *keys: str) -> Any:
     return None
 
 
-def gpu_labels(facts: Any) -> dict[str, str]:
+def gpu_labels(facts: Any, mig: Any = None, mig_strategy: Any = "none", plugin_config: Any = None) -> dict[str, str]:
     """The labels for one node from ``ansible_local.nvidia``; ``{}`` when the facts show no GPU.
 
     Reads ``gpus`` (a list of ``index``, ``name``, ``uuid``, ``memory_total_mib``, ``compute_capability``; the first
     GPU describes the node, as GPU feature discovery does), ``pci_gpus.count`` when the driver is not loaded,
     ``loaded_version`` (else ``installed_version``) and ``cuda_version`` (when present), as the role writes them.
+    With ``mig`` (``ansible_local.nvidia_mig``, from the gpu_mig role) the MIG labels are added for ``mig_strategy``;
+    with ``plugin_config`` (the device plugin's config), ``nvidia.com/mps.capable`` when it shares GPUs with MPS.
     """
+    labels = _gpu_labels(facts)
+    if not labels:
+        return labels
+    if mig not in (None, ""):
+        labels.update(mig_labels(mig, labels.get(f"{PREFIX}gpu.product", ""), mig_strategy, plugin_config))
+    sharing = (plugin_config or {}).get("sharing") if isinstance(plugin_config, dict) else None
+    if isinstance(sharing, dict) and sharing.get("mps") is not None:
+        # GPU feature discovery (internal/lm/nvml.go, newSharingLabeler): true when the config shares GPUs with MPS
+        # and no GPU has MIG enabled. NVIDIA's MPS control daemon runs only on nodes with it.
+        enabled = int(((mig or {}).get("devices") or {}).get("mig_enabled_gpus") or 0) if isinstance(mig, dict) else 0
+        labels[f"{PREFIX}mps.capable"] = "false" if enabled else "true"
+    return labels
+
+
+# GPU feature discovery's MIG device attributes (internal/resource/nvml-mig-device.go, GetAttributes) and where the
+# gpu_mig role's facts keep them (from `nvidia-smi mig -lgip`: memory, SM, CE, DEC, ENC, JPEG, OFA).
+_MIG_ATTRIBUTES = (
+    ("memory", "memory_mib"),
+    ("multiprocessors", "multiprocessors"),
+    ("engines.copy", "copy_engines"),
+    ("engines.decoder", "decoders"),
+    ("engines.encoder", "encoders"),
+    ("engines.jpeg", "jpeg"),
+    ("engines.ofa", "ofa"),
+)
+
+
+def _replication(plugin_config: Any, resource: str) -> tuple[int, bool]:
+    """(replicas, renamed) of a resource in the device plugin config's time-slicing (1 and False when not shared)."""
+    sharing = plugin_config.get("sharing") if isinstance(plugin_config, dict) else None
+    section = (sharing or {}).get("timeSlicing") if isinstance(sharing, dict) else None
+    if not isinstance(section, dict):
+        return 1, False
+    for item in section.get("resources") or []:
+        name = str((item or {}).get("name", "")) if isinstance(item, dict) else ""
+        if (name if name.startswith(PREFIX) else PREFIX + name) == resource:
+            return int(item.get("replicas") or 1), bool(section.get("renameByDefault") or item.get("rename"))
+    return 1, False
+
+
+def mig_labels(mig: Any, product: str, strategy: Any, plugin_config: Any = None) -> dict[str, str]:
+    """GPU feature discovery's MIG labels (internal/lm/mig-strategy.go, resource.go, nvml.go) for a node's MIG facts.
+
+    ``nvidia.com/mig.capable``; with the single or mixed strategy ``nvidia.com/mig.strategy`` and, per MIG resource
+    (``nvidia.com/gpu`` under single, ``nvidia.com/mig-<profile>`` under mixed), ``count``, ``product``
+    (``<GPU>-MIG-<profile>``, ``-SHARED`` when time-sliced without a rename), ``replicas``, ``sharing-strategy``,
+    ``slices.gi``, ``slices.ci`` and the attributes ``nvidia-smi mig -lgip`` gives (memory in MiB, multiprocessors,
+    engines).
+    """
+    if not isinstance(mig, dict):
+        raise AnsibleFilterError("gpu_labels: the MIG facts (ansible_local.nvidia_mig) must be a dict")
+    strategy = str(strategy or "none")
+    if strategy not in ("none", "single", "mixed"):
+        raise AnsibleFilterError(f"gpu_labels: the MIG strategy must be none, single or mixed, not {strategy!r}")
+    labels = {f"{PREFIX}mig.capable": "true" if mig.get("mig_capable") else "false"}
+    devices = mig.get("devices") or {}
+    profiles = {name: count for name, count in (devices.get("mig") or {}).items() if count}
+    if strategy == "none" or not int(devices.get("mig_enabled_gpus") or 0):
+        return labels
+    labels[f"{PREFIX}mig.strategy"] = strategy
+    if strategy == "single" and len(profiles) != 1:
+        return labels  # GPU feature discovery labels such a node as invalid; the device plugin step refuses it
+    model = str(mig.get("product") or product or "")
+    attributes = mig.get("profiles") or {}
+    for profile, count in sorted(profiles.items()):
+        name = profile.replace("+", ".")
+        resource = f"{PREFIX}gpu" if strategy == "single" else f"{PREFIX}mig-{name}"
+        replicas, renamed = _replication(plugin_config, resource)
+        parts = [label_value(model), "MIG", name] if model else ["MIG", name]
+        if replicas > 1 and not renamed:
+            parts.append("SHARED")
+        slices = re.match(r"(\d+)g\.", profile)
+        values = {
+            "count": count,
+            "product": label_value("-".join(p for p in parts if p)),
+            "replicas": replicas,
+            "sharing-strategy": "time-slicing" if replicas > 1 else "none",
+        }
+        if slices:
+            values["slices.gi"] = values["slices.ci"] = int(slices.group(1))
+        found = attributes.get(profile) or {}
+        for label, key in _MIG_ATTRIBUTES:
+            if found.get(key) is not None:
+                values[label] = found[key]
+        for suffix, value in values.items():
+            labels[f"{resource}.{suffix}"] = str(value)
+    return labels
+
+
+def _gpu_labels(facts: Any) -> dict[str, str]:
+    """The labels of the GPUs themselves (the nvidia_driver role's facts)."""
     if facts in (None, ""):
         return {}
     if not isinstance(facts, dict):

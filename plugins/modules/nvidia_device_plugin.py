@@ -12,6 +12,9 @@ version_added: 0.1.0
 description:
   - Applies the NVIDIA k8s-device-plugin as a DaemonSet by server-side apply, with an optional ConfigMap holding the
     plugin's config file and an optional RuntimeClass C(nvidia).
+  - When the config shares GPUs with MPS (C(sharing.mps)), also applies NVIDIA's MPS control daemon as NVIDIA's Helm
+    chart deploys it, a second DaemonSet from the same image on nodes labelled C(nvidia.com/mps.capable=true). It is
+    removed again once the config no longer uses MPS.
   - Validates the plugin config before any API call. Unknown keys, and known keys at the wrong level (which the plugin
     silently ignores), are errors that name the path and where the key belongs.
   - With O(wait=true), waits until each node reports its C(nvidia.com/gpu) capacity, not merely until the DaemonSet's
@@ -19,10 +22,11 @@ description:
     nodes.
   - On timeout, fails with a diagnosis for each node that is not done, such as a node that is not Ready, a plugin
     pod that a node selector or a taint keeps away, an image pull error, a crash loop, NVML that cannot be loaded
-    because the default runtime is not nvidia, no devices found, unhealthy devices, or a count different from the
-    expected one.
-  - With O(state=absent), deletes the objects this module created. It leaves alone objects without its
-    C(app.kubernetes.io/managed-by=kubegpu.node) label.
+    because the default runtime is not nvidia, no devices found, unhealthy devices, a count different from the
+    expected one, a MIG resource in another count than expected, or (MPS) a node whose MPS control daemon does not
+    run.
+  - With O(state=absent), deletes the objects this module created, the MPS control daemon included. It leaves
+    alone objects without its C(app.kubernetes.io/managed-by=kubegpu.node) label.
 author:
   - kubegpu.node maintainers (@kubegpu)
 requirements:
@@ -47,7 +51,8 @@ options:
   state:
     description:
       - V(present) applies the objects and, with O(wait), waits for GPU capacity.
-      - V(absent) deletes the DaemonSet and the ConfigMap, plus the RuntimeClass when O(runtime_class) names one.
+      - V(absent) deletes the DaemonSet, the MPS control daemon's DaemonSet when there is one, and the ConfigMap, plus
+        the RuntimeClass when O(runtime_class) names one.
         Only objects labelled C(app.kubernetes.io/managed-by=kubegpu.node) are deleted.
     type: str
     default: present
@@ -118,14 +123,21 @@ options:
         V(cdi-cri), as a string or a list. C(flags.plugin.deviceIDStrategy) takes V(uuid) or V(index).
         C(replicas) must be at least 2. Every key must be known to the plugin (v0.17 to v0.20) and sit at its
         level.
-      - C(sharing.mps) is refused. MPS needs NVIDIA's MPS control daemon, a DaemonSet of its own on nodes labelled
-        C(nvidia.com/mps.capable=true), which this module does not deploy; without it the plugin never advertises
-        the shared GPUs. Use C(sharing.timeSlicing), or NVIDIA's Helm chart or GPU Operator for MPS.
-      - With time-slicing of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N, under
-        C(nvidia.com/gpu.shared) when C(renameByDefault) is true.
-      - Under C(flags.migStrategy) V(single) or V(mixed), the count depends on each GPU's MIG layout. The wait then
-        only requires non-zero capacity equal to allocatable. Under V(mixed), the C(nvidia.com/mig-*) resources
-        count too.
+      - C(sharing.mps) deploys NVIDIA's MPS control daemon beside the plugin, a DaemonSet named O(name) with
+        C(-mps-control-daemon) appended. Its pods run privileged, in the host's PID namespace, on nodes labelled
+        C(nvidia.com/mps.capable=true) (and matching O(node_selector)). They share the MPS root with the plugin,
+        C(flags.mpsRoot) or C(/run/nvidia/mps) on the host, where they mount a shared-memory tmpfs. GPU feature
+        discovery sets that label when the config uses MPS, and so does the labels step of C(kubegpu.node.site).
+      - MPS is refused with C(flags.migStrategy) V(single) or V(mixed) (the plugin refuses MPS for MIG devices), for
+        other resources than C(nvidia.com/gpu), and with C(failRequestsGreaterThanOne) V(false) (releases up to
+        v0.20 ignore it under MPS and refuse every request for more than one shared GPU). More than 48 replicas
+        per GPU gives a warning (MPS serves at most 48 clients per GPU).
+      - With time-slicing or MPS of C(nvidia.com/gpu) in N replicas, each node should report physical GPUs x N,
+        under C(nvidia.com/gpu.shared) when C(renameByDefault) is true.
+      - Under C(flags.migStrategy) V(single) or V(mixed), the count depends on each GPU's MIG layout, given in
+        O(expected_resources). Without that, the wait only requires non-zero capacity equal to allocatable (under
+        V(mixed), the C(nvidia.com/mig-*) resources count too). The plugin then gets the MIG monitor capability and
+        C(CAP_SYS_ADMIN), as NVIDIA's Helm chart gives it for a MIG strategy.
     type: dict
   config_map_name:
     description: Name of the ConfigMap that holds O(config).
@@ -162,6 +174,20 @@ options:
       - The wait then covers exactly these nodes. Each must report physical GPUs x time-slicing replicas. A node with
         V(0) must report none.
       - Mutually exclusive with O(nodes).
+    type: dict
+  expected_resources:
+    description:
+      - Map of node name to the extended resources the node must advertise, before sharing, as a map of resource
+        name to count. For MIG, the node's MIG devices under the plugin's strategy. Under V(mixed), C(nvidia.com/gpu)
+        per GPU without MIG and C(nvidia.com/mig-<profile>) per MIG device, for example 2 x
+        C(nvidia.com/mig-1g.10gb) and 1 x C(nvidia.com/mig-3g.40gb); under V(single), C(nvidia.com/gpu) per MIG
+        device.
+      - Each resource must then be reported exactly, times its replicas and under its shared name when the config
+        shares it (time-slicing of a C(nvidia.com/mig-*) resource, C(renameByDefault)), with allocatable equal to
+        capacity.
+      - The wait covers these nodes, plus those of O(expected_gpus) or O(nodes); a node named twice follows this
+        option. The filter C(kubegpu.node.gpu_mig_resources) computes a node's entry from the
+        C(kubegpu.node.gpu_mig) role's facts.
     type: dict
   nodes:
     description:
@@ -222,7 +248,9 @@ notes:
   - O(wait_timeout) bounds the whole wait whatever the API server does, and also the retries of each API call.
     Answers 429 (throttled) and 5xx are retried, never sooner than the server's C(Retry-After), otherwise with
     exponential backoff and jitter. A watch that ends early or fails is resumed after a backoff, and nodes are never
-    listed more than once a second.
+    listed more than once a second. At the deadline the nodes still pending are read once more (with 10 seconds of
+    its own) before they are judged, so that a server that throttled every watch does not make the module blame a
+    node that reported its GPUs meanwhile.
   - The module belongs to the action group C(kubegpu.node.k8s), so C(module_defaults) can set its connection options
     once with C(group/kubegpu.node.k8s). The options it shares with C(kubernetes.core) (O(host), O(api_key),
     O(kubeconfig), O(context), O(validate_certs), O(ca_cert), O(client_cert), O(client_key), O(proxy)) have the same
@@ -256,6 +284,34 @@ EXAMPLES = r"""
       gpu-node-1: 8
       gpu-node-2: 4
     wait_timeout: 600
+  delegate_to: localhost
+  run_once: true
+
+- name: Share each GPU between 4 pods with MPS (the MPS control daemon runs on nodes labelled nvidia.com/mps.capable)
+  kubegpu.node.nvidia_device_plugin:
+    config:
+      version: v1
+      sharing:
+        mps:
+          resources:
+            - name: nvidia.com/gpu
+              replicas: 4
+    expected_gpus:
+      gpu-node-1: 2
+  delegate_to: localhost
+  run_once: true
+
+- name: MIG (mixed strategy), each node's MIG devices checked
+  kubegpu.node.nvidia_device_plugin:
+    config:
+      version: v1
+      flags:
+        migStrategy: mixed
+    expected_resources:
+      gpu-node-3:
+        nvidia.com/mig-1g.10gb: 2
+        nvidia.com/mig-2g.20gb: 1
+        nvidia.com/mig-3g.40gb: 1
   delegate_to: localhost
   run_once: true
 
@@ -350,11 +406,14 @@ nodes:
       description: The node's Ready condition.
       type: bool
     resources:
-      description: Under MIG C(mixed), the capacity and allocatable of each resource counted (C(nvidia.com/gpu) and
-        each C(nvidia.com/mig-*)).
+      description:
+        - Under MIG C(mixed), the capacity and allocatable of each resource counted (C(nvidia.com/gpu) and each
+          C(nvidia.com/mig-*)).
+        - For a node of O(expected_resources), each expected resource with its C(capacity), C(allocatable) and
+          C(expected) count (after sharing).
       type: dict
-      returned: under MIG mixed
-      sample: {"nvidia.com/mig-1g.10gb": {"capacity": 14, "allocatable": 14}}
+      returned: under MIG mixed, or for a node of O(expected_resources)
+      sample: {"nvidia.com/mig-1g.10gb": {"capacity": 14, "allocatable": 14, "expected": 14}}
   sample:
     gpu-node-1:
       capacity: 32

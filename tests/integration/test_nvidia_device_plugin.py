@@ -194,8 +194,16 @@ def test_runtime_class_is_created_and_used(cluster):
             "MPS cannot be combined with MIG",
         ),
         (
-            {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}},
-            "sharing.mps: not supported by this module: MPS needs NVIDIA's MPS control daemon",
+            {
+                "version": "v1",
+                "sharing": {
+                    "mps": {
+                        "failRequestsGreaterThanOne": False,
+                        "resources": [{"name": "nvidia.com/gpu", "replicas": 2}],
+                    }
+                },
+            },
+            "sharing.mps.failRequestsGreaterThanOne: false is ignored by the plugin",
         ),
     ],
 )

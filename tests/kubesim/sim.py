@@ -27,6 +27,8 @@ from .selectors import DAEMONSET_TOLERATIONS, pod_fits_node
 from .store import Event, clone
 
 FAULTS = ("nvml", "no_devices", "unhealthy", "never_reports", "not_ready", "image_pull", "crash_loop")
+# MPS: the node's MPS control daemon pod crash-loops (its log says why); the plugin there never gets its daemon.
+FAULTS += ("mps_daemon_fails",)
 CAPACITY_ANNOTATION = "kubesim.io/capacity-reported-at"
 _CONTROLLER = "kube-controller-manager"
 _KUBELET = "kubelet"
@@ -174,6 +176,7 @@ class PluginConfig:
     error: str = ""
     missing_config_map: str = ""
     text: str = ""
+    mps: bool = False  # sharing.mps: the plugin serves only once the node's MPS control daemon runs
 
 
 @dataclass
@@ -192,6 +195,8 @@ class PodState:
     previous_log: list[str] = field(default_factory=list)
     restarts: int = 0
     resources: list[str] = field(default_factory=list)  # GPU resources this pod put on its node
+    mps_daemon: bool = False  # a pod of NVIDIA's MPS control daemon (command mps-control-daemon), not a plugin
+    waiting_for_mps: bool = False  # a plugin pod whose MPS daemon is not running yet
 
 
 class Simulation:
@@ -623,7 +628,11 @@ class Simulation:
                 ),
             )
             return
+        if _is_mps_daemon(containers):
+            self._start_mps_daemon(state, pod, containers, faults, started_at)
+            return
         state.log = self._plugin_log(state, config, faults)
+        state.waiting_for_mps = config.mps and not self._mps_ready(state.node)
         if "crash_loop" in faults or config.error:
             state.previous_log = list(state.log)
             self._crash(state, started_at)
@@ -692,7 +701,66 @@ class Simulation:
     def _reports_capacity(self, node: str, faults: dict[str, dict[str, Any]], config: PluginConfig) -> bool:
         if any(f in faults for f in ("nvml", "no_devices", "never_reports")):
             return False
+        if config.mps and not self._mps_ready(node):
+            return False  # "error waiting for MPS daemon": the plugin retries every 30 s
         return bool(self._resources(node, config))
+
+    # ----- NVIDIA's MPS control daemon (cmd/mps-control-daemon) ---------------------------------------------------
+
+    def _mps_ready(self, node: str) -> bool:
+        return any(p.mps_daemon and p.ready and p.node == node for p in self.pods.values())
+
+    def _start_mps_daemon(
+        self,
+        state: PodState,
+        pod: dict[str, Any],
+        containers: list[dict[str, Any]],
+        faults: dict[str, dict[str, Any]],
+        started_at: str,
+    ) -> None:
+        state.mps_daemon = True
+        state.log = [
+            _klog("I", "main.go:80", '"NVIDIA MPS Control Daemon" version="v0.20.0"'),
+            _klog("I", "main.go:122", "Starting OS watcher."),
+            _klog("I", "main.go:136", "Starting Daemons."),
+            _klog("I", "main.go:185", "Loading configuration."),
+            _klog("I", "main.go:219", "Retrieving MPS daemons."),
+        ]
+        if "mps_daemon_fails" in faults or "nvml" in faults or self.nodes[state.node].gpus == 0:
+            state.log.append(
+                _klog(
+                    "E",
+                    "main.go:98",
+                    "error starting plugins: error getting daemons: error creating resource "
+                    "managers: failed to create NVML resource manager: nvml init failed: ERROR_LIBRARY_NOT_FOUND",
+                )
+            )
+            state.previous_log = list(state.log)
+            self._crash(state, started_at)
+            return
+        state.log += [
+            _klog("I", "daemon.go:97", '"Staring MPS daemon" resource="nvidia.com/gpu"'),
+            _klog("I", "daemon.go:139", '"Starting log tailer" resource="nvidia.com/gpu"'),
+        ]
+        state.ready = True
+        self._set_pod_status(state, _running_status(pod, containers, started_at))
+        # The plugins waiting on this node find the daemon at their next retry.
+        for plugin in list(self.pods.values()):
+            if plugin.node == state.node and plugin.waiting_for_mps and plugin.ready:
+                self.schedule(self.pod_start_delay, lambda p=plugin: self._mps_found(p))
+
+    def _mps_found(self, state: PodState) -> None:
+        if not state.waiting_for_mps or self._live_pod(state) is None or not self._mps_ready(state.node):
+            return
+        state.waiting_for_mps = False
+        ds_entry = self.store.get("daemonsets", *state.ds_key)
+        config = self.plugin_config(ds_entry.obj if ds_entry else {}, state.node)
+        state.log.append(_klog("I", "main.go:301", "Starting Plugins."))
+        state.log.append(_klog("I", "mps.go:66", '"MPS daemon is healthy" resource="nvidia.com/gpu"'))
+        node = self.nodes[state.node]
+        delay = node.capacity_delay if node.capacity_delay is not None else self.capacity_delay
+        epoch = state.epoch
+        self.schedule(delay, lambda: self._report_capacity(state, config, epoch))
 
     def _resources(self, node_name: str, config: PluginConfig) -> dict[str, int]:
         node = self.nodes[node_name]
@@ -802,7 +870,7 @@ class Simulation:
         else:
             count, name = replicas.get("nvidia.com/gpu", (1, "nvidia.com/gpu"))
             resources[name] = count
-        return PluginConfig(resources, fail_on_init_error=bool(fail_on_init), text=text)
+        return PluginConfig(resources, fail_on_init_error=bool(fail_on_init), text=text, mps=bool(sharing.get("mps")))
 
     def _config_text(
         self, ds: dict[str, Any], spec: dict[str, Any], container: dict[str, Any], config_path: str
@@ -887,6 +955,8 @@ class Simulation:
         if "no_devices" in faults:
             lines.append(_klog("I", "main.go:370", "No devices found. Waiting indefinitely."))
             return lines
+        if config.mps and not self._mps_ready(state.node):
+            return lines + _mps_wait_lines()
         for name in self._resources(state.node, config):
             socket = name.replace("nvidia.com/", "nvidia-").replace("/", "-")
             lines += [
@@ -939,6 +1009,23 @@ class Simulation:
             "source": {"component": component},
         }
         self.api.create(_EVENTS, meta["namespace"], body, component)
+
+
+def _is_mps_daemon(containers: list[dict[str, Any]]) -> bool:
+    return bool(containers) and (containers[0].get("command") or [""])[0] == "mps-control-daemon"
+
+
+def _mps_wait_lines() -> list[str]:
+    """What the plugin (v0.20.0) logs while the MPS daemon does not answer (internal/plugin/server.go, main.go)."""
+    return [
+        _klog(
+            "E",
+            "main.go:409",
+            "Failed to start plugin: error waiting for MPS daemon: error checking MPS daemon health: failed to send "
+            "command to MPS daemon: exit status 1",
+        ),
+        _klog("I", "main.go:302", "Failed to start one or more plugins. Retrying in 30s..."),
+    ]
 
 
 def _placement(node: dict[str, Any]) -> tuple[Any, ...]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,46 +15,12 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from kubesim import SimCluster, SimNode
+from sim_objects import DAEMONSET, PLUGIN_IMAGE, daemonset, server_side_apply  # noqa: F401 (re-exported)
 
 kubernetes = pytest.importorskip("kubernetes", reason="the kubernetes Python client is not installed")
 from kubernetes import client, config
 
 REPO = TESTS_DIR.parent
-PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
-
-# The shape of NVIDIA's static manifest (deployments/static/nvidia-device-plugin.yml), trimmed to what matters here.
-DAEMONSET: dict[str, Any] = {
-    "apiVersion": "apps/v1",
-    "kind": "DaemonSet",
-    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
-    "spec": {
-        "selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
-        "updateStrategy": {"type": "RollingUpdate"},
-        "template": {
-            "metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
-            "spec": {
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "priorityClassName": "system-node-critical",
-                "containers": [
-                    {
-                        "name": "nvidia-device-plugin-ctr",
-                        "image": PLUGIN_IMAGE,
-                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                        "volumeMounts": [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
-                    }
-                ],
-                "volumes": [{"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}],
-            },
-        },
-    },
-}
-
-
-def daemonset(**template_spec: Any) -> dict[str, Any]:
-    """The plugin DaemonSet with extra pod template spec fields."""
-    ds = copy.deepcopy(DAEMONSET)
-    ds["spec"]["template"]["spec"].update(template_spec)
-    return ds
 
 
 @pytest.fixture
@@ -92,17 +56,6 @@ def core(api_client: client.ApiClient) -> client.CoreV1Api:
 @pytest.fixture
 def apps(api_client: client.ApiClient) -> client.AppsV1Api:
     return client.AppsV1Api(api_client)
-
-
-def server_side_apply(apps: client.AppsV1Api, body: dict[str, Any], manager: str = "test", **kwargs: Any) -> Any:
-    return apps.patch_namespaced_daemon_set(
-        body["metadata"]["name"],
-        body["metadata"]["namespace"],
-        body,
-        field_manager=manager,
-        _content_type="application/apply-patch+yaml",
-        **kwargs,
-    )
 
 
 @pytest.fixture

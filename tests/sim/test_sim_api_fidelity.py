@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 import urllib3
-from conftest import DAEMONSET, daemonset, server_side_apply
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubesim import SimCluster
+from sim_objects import DAEMONSET, daemonset, server_side_apply
 
 
 def _configmap(name: str, **data: str) -> dict[str, Any]:

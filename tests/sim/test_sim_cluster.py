@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import urllib3
 import yaml
-from conftest import DAEMONSET, PLUGIN_IMAGE, daemonset, server_side_apply
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from kubesim import FAULTS, SimCluster, SimNode
 from kubesim.resources import BY_PLURAL
+from sim_objects import DAEMONSET, PLUGIN_IMAGE, daemonset, server_side_apply
 
 GPU = "nvidia.com/gpu"
 
@@ -282,7 +282,16 @@ def test_faults_set_and_cleared_at_run_time(
     assert cluster.wait_for(lambda: _gpu(cluster, "gpu-1", "allocatable") == "8")
     with pytest.raises(ValueError):
         cluster.set_fault("gpu-1", "no-such-fault")
-    assert set(FAULTS) == {"nvml", "no_devices", "unhealthy", "never_reports", "not_ready", "image_pull", "crash_loop"}
+    assert set(FAULTS) == {
+        "nvml",
+        "no_devices",
+        "unhealthy",
+        "never_reports",
+        "not_ready",
+        "image_pull",
+        "crash_loop",
+        "mps_daemon_fails",
+    }
 
 
 def test_capacity_spread_over_a_window() -> None:

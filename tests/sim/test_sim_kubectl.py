@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import DAEMONSET
 from kubesim import SimCluster
+from sim_objects import DAEMONSET
 
 
 def _run(kubectl: str, kubeconfig: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

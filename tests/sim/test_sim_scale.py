@@ -8,9 +8,9 @@ import time
 
 import pytest
 import urllib3
-from conftest import DAEMONSET
 from kubesim import CAPACITY_ANNOTATION, SimCluster, SimNode
 from kubesim.resources import BY_PLURAL
+from sim_objects import DAEMONSET
 
 NODES = 5000
 

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 import pytest
-from conftest import DAEMONSET
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubesim import SimCluster
+from sim_objects import DAEMONSET
 
 
 def _capacity(cluster: SimCluster) -> None:

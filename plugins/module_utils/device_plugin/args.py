@@ -54,6 +54,7 @@ PLUGIN_ARG_SPEC = dict(
     wait=dict(type="bool", default=True),
     wait_timeout=dict(type="int", default=300),
     expected_gpus=dict(type="dict"),
+    expected_resources=dict(type="dict"),
     nodes=dict(type="list", elements="str"),
 )
 
@@ -166,7 +167,50 @@ def check_options(params: dict) -> list[str]:
         problems.append("api_key: needs host (the API server URL the token is for)")
     if params.get("state") == "absent" and params.get("expected_gpus"):
         problems.append("expected_gpus: has no meaning with state=absent")
+    problems.extend(_expected_resources_problems(params.get("expected_resources")))
     return problems
+
+
+_EXTENDED_RESOURCE = re.compile(r"^nvidia\.com/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def _whole(value):
+    """A non-negative whole number from an int or its text (AWX and -e pass strings); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    text = str(value).strip()
+    return int(text, 10) if text.isdigit() else None
+
+
+def _expected_resources_problems(expected) -> list:
+    if expected is None:
+        return []
+    if not expected:
+        return ["expected_resources: must name at least one node (or leave it out)"]
+    problems = []
+    for node, resources in expected.items():
+        if not isinstance(resources, dict):
+            problems.append(f"expected_resources[{node}]: must map resource names to counts, not {resources!r}")
+            continue
+        for name, count in resources.items():
+            if not _EXTENDED_RESOURCE.match(str(name)):
+                problems.append(
+                    f"expected_resources[{node}]: {name!r} is not an NVIDIA resource name (nvidia.com/gpu, "
+                    "nvidia.com/mig-1g.10gb)"
+                )
+            if _whole(count) is None:
+                problems.append(f"expected_resources[{node}][{name}]: {count!r} is not a whole number")
+    return problems
+
+
+def expected_resources(params: dict) -> dict | None:
+    """Per node, the resources it must advertise before sharing, as whole numbers."""
+    expected = params.get("expected_resources")
+    if expected is None:
+        return None
+    return {str(node): {str(k): _whole(v) for k, v in resources.items()} for node, resources in expected.items()}
 
 
 def expected_counts(params: dict) -> dict | None:

@@ -42,16 +42,12 @@ class _ListOf:
         self.item = item
 
 
-# The plugin's MPS mode only works beside NVIDIA's MPS control daemon: a second DaemonSet that runs
-# nvidia-cuda-mps-control on each node (in /run/nvidia/mps), scheduled on nodes labelled nvidia.com/mps.capable=true
-# (the label GPU feature discovery sets), which the plugin waits for before it advertises shared GPUs. This module
-# deploys neither, so an MPS config would leave every node without GPUs; it is refused up front instead.
-MPS_UNSUPPORTED = (
-    "sharing.mps: not supported by this module: MPS needs NVIDIA's MPS control daemon (its own DaemonSet, on nodes "
-    "labelled nvidia.com/mps.capable=true), which this module does not deploy, so the plugin would never advertise "
-    "the shared GPUs; use sharing.timeSlicing, or deploy the plugin with MPS through NVIDIA's Helm chart or "
-    "GPU Operator"
-)
+# MPS (k8s-device-plugin v0.15 and later): the plugin hands out replicas of each GPU served by NVIDIA's MPS control
+# daemon, a second DaemonSet (manifests.render_mps_daemonset) on nodes labelled nvidia.com/mps.capable=true. Both find
+# each other under the MPS root on the host (the chart's mps.root, /run/nvidia/mps).
+MPS_ROOT_DEFAULT = "/run/nvidia/mps"
+# At most 48 clients share a GPU through MPS (NVIDIA MIG User Guide, Concepts: CUDA concurrency mechanisms).
+MPS_MAX_CLIENTS = 48
 
 
 def _check_duration(value):
@@ -291,10 +287,8 @@ def validate_config(config) -> list[str]:
     mps = _sharing_section(config, "mps")
     if time_slicing is not None and mps is not None:
         problems.append("sharing: timeSlicing and mps cannot both be set; choose one sharing strategy")
-    if mps is not None and mig_strategy in ("single", "mixed"):
-        problems.append(f"sharing.mps: MPS cannot be combined with MIG (flags.migStrategy is {mig_strategy})")
     if mps is not None:
-        problems.append(MPS_UNSUPPORTED)
+        problems.extend(_mps_problems(mps, mig_strategy, flags))
     for label, section in (("timeSlicing", time_slicing), ("mps", mps)):
         if section is None:
             continue
@@ -332,6 +326,51 @@ def validate_config(config) -> list[str]:
     return problems
 
 
+def _mps_problems(mps: dict, mig_strategy, flags: dict) -> list:
+    """Where NVIDIA's plugin refuses an MPS config, or silently does something else than it says."""
+    problems = []
+    if mig_strategy in ("single", "mixed"):
+        # cmd/nvidia-device-plugin/main.go refuses mixed with MPS; internal/plugin/mps.go refuses MPS for MIG devices.
+        problems.append(
+            f"sharing.mps: MPS cannot be combined with MIG (flags.migStrategy is {mig_strategy}): the plugin refuses "
+            "MPS for MIG devices; use MPS on nodes without MIG, or time-slicing"
+        )
+    if mps.get("failRequestsGreaterThanOne") is False:
+        # api/config/v1/config.go (v0.17 to v0.20) sets it to true whatever the file says.
+        problems.append(
+            "sharing.mps.failRequestsGreaterThanOne: false is ignored by the plugin (v0.17 to v0.20 set it to true "
+            "for MPS): a pod asking for more than one shared GPU is always refused; leave it out or set it to true"
+        )
+    root = flags.get("mpsRoot")
+    if isinstance(root, str) and not root.startswith("/"):
+        problems.append(f"flags.mpsRoot: must be an absolute path on the node, not {root!r}")
+    for position, resource in enumerate(mps.get("resources") or []):
+        if isinstance(resource, dict) and "name" in resource:
+            name = _full_resource_name(str(resource["name"]))
+            if name != GPU_RESOURCE:
+                problems.append(
+                    f"sharing.mps.resources[{position}].name: MPS shares full GPUs only ({GPU_RESOURCE}), not {name}"
+                )
+    return problems
+
+
+def mps_enabled(config: dict | None) -> bool:
+    return _sharing_section(config or {}, "mps") is not None
+
+
+def mps_root(config: dict | None) -> str:
+    """Where the plugin and the MPS control daemon meet on the host: flags.mpsRoot, else the chart's default."""
+    flags = (config or {}).get("flags")
+    root = flags.get("mpsRoot") if isinstance(flags, dict) else None
+    return (root if isinstance(root, str) and root else MPS_ROOT_DEFAULT).rstrip("/") or "/"
+
+
+def mig_strategy(config: dict | None) -> str:
+    flags = (config or {}).get("flags")
+    strategy = flags.get("migStrategy") if isinstance(flags, dict) else None
+    return strategy if strategy in MIG_STRATEGIES else "none"
+
+
 def config_warnings(config: dict) -> list[str]:
     """Settings that are valid but that the plugin (v0.17 to v0.20) ignores at run time."""
     warnings = []
@@ -356,6 +395,14 @@ def config_warnings(config: dict) -> list[str]:
                     f"config sharing.{label}.resources[].devices: the device plugin shares all devices and ignores "
                     "this setting"
                 )
+    mps = _sharing_section(config, "mps")
+    for resource in (mps or {}).get("resources") or []:
+        replicas = resource.get("replicas") if isinstance(resource, dict) else None
+        if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > MPS_MAX_CLIENTS:
+            warnings.append(
+                f"config sharing.mps: {replicas} replicas per GPU, but MPS serves at most {MPS_MAX_CLIENTS} clients "
+                "per GPU: pods beyond that cannot connect to the MPS server"
+            )
     return sorted(set(warnings))
 
 
@@ -369,8 +416,9 @@ def capacity_plan(config: dict | None) -> dict:
 
     Returns a dict: ``resource`` (the extended resource carrying full GPUs), ``replicas`` (how many schedulable
     units each physical GPU becomes), ``exact`` (whether physical GPU count x replicas predicts the capacity),
-    ``mig_strategy``, ``sharing`` (None, time-slicing or mps) and ``mig_resources`` (whether nvidia.com/mig-*
-    resources count as GPU capacity).
+    ``mig_strategy``, ``sharing`` (None, time-slicing or mps), ``mig_resources`` (whether nvidia.com/mig-*
+    resources count as GPU capacity) and ``shared`` (each shared resource: its replicas and the name it is
+    advertised under, ``<name>.shared`` with renameByDefault).
     """
     config = config or {}
     flags = config.get("flags") if isinstance(config.get("flags"), dict) else {}
@@ -382,6 +430,7 @@ def capacity_plan(config: dict | None) -> dict:
         "mig_strategy": mig_strategy,
         "sharing": None,
         "mig_resources": mig_strategy == "mixed",
+        "shared": {},
     }
     if mig_strategy in ("single", "mixed"):
         # With MIG the count follows the MIG layout of each GPU, which the physical GPU count does not determine.
@@ -391,6 +440,12 @@ def capacity_plan(config: dict | None) -> dict:
         if section is None:
             continue
         for resource in section.get("resources") or []:
+            if isinstance(resource, dict) and resource.get("name"):
+                name = _full_resource_name(str(resource["name"]))
+                plan["shared"][name] = {
+                    "replicas": int(resource.get("replicas", 1)),
+                    "as": name + SHARED_SUFFIX if section.get("renameByDefault") else name,
+                }
             if isinstance(resource, dict) and _full_resource_name(str(resource.get("name", ""))) == GPU_RESOURCE:
                 plan["sharing"] = strategy
                 plan["replicas"] = int(resource.get("replicas", 1))
@@ -402,3 +457,16 @@ def capacity_plan(config: dict | None) -> dict:
 def explicit_fail_on_init_error(config: dict | None) -> bool:
     flags = (config or {}).get("flags")
     return isinstance(flags, dict) and "failOnInitError" in flags
+
+
+def advertised(plan: dict, resources: dict) -> dict:
+    """Resource counts before sharing (``{"nvidia.com/mig-1g.10gb": 2}``) as the plugin advertises them under the
+    plan's sharing: each shared resource times its replicas, under its shared name with renameByDefault."""
+    result: dict = {}
+    for name, count in resources.items():
+        full = _full_resource_name(str(name))
+        shared = (plan.get("shared") or {}).get(full)
+        if shared:
+            full, count = shared["as"], int(count) * shared["replicas"]
+        result[full] = result.get(full, 0) + int(count)
+    return result

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import GPU_RESOURCE
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import (
+    GPU_RESOURCE,
+    advertised,
+)
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 LOG_LINES_IN_MESSAGE = 5
 
+MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
+MPS_WAIT_MARKER = "error waiting for MPS daemon"
 NVML_MARKERS = (
     "could not load NVML",
     "Failed to initialize NVML",
@@ -97,8 +102,14 @@ def expected_capacity(plan: dict, physical_gpus):
     return physical_gpus * int(plan.get("replicas", 1))
 
 
-def node_state(node: dict | None, name: str, plan: dict, physical_gpus=None) -> dict:
-    """Whether one node is done: Ready, capacity as expected (or non-zero), and allocatable equal to capacity."""
+def node_state(node: dict | None, name: str, plan: dict, physical_gpus=None, resources: dict | None = None) -> dict:
+    """Whether one node is done: Ready, capacity as expected (or non-zero), and allocatable equal to capacity.
+
+    ``resources`` (resource name -> count before sharing, such as a MIG layout's devices) replaces the physical GPU
+    count: each resource, as the plan's sharing advertises it, must then be reported exactly.
+    """
+    if resources is not None:
+        return _resources_state(node, name, plan, advertised(plan, resources))
     expected = expected_capacity(plan, physical_gpus)
     state = {
         "name": name,
@@ -128,6 +139,73 @@ def node_state(node: dict | None, name: str, plan: dict, physical_gpus=None) -> 
         counts_match = capacity > 0
     state["done"] = counts_match and allocatable == capacity
     return state
+
+
+def _resources_state(node: dict | None, name: str, plan: dict, expected: dict) -> dict:
+    """node_state for a node with an expected count per resource (MIG layouts: nvidia.com/mig-<profile>, ...)."""
+    state = {
+        "name": name,
+        "found": node is not None,
+        "node_ready": False,
+        "resource": ",".join(sorted(expected)) or plan["resource"],
+        "capacity": 0,
+        "allocatable": 0,
+        "expected": sum(expected.values()),
+        "physical_gpus": None,
+        "replicas": int(plan.get("replicas", 1)),
+        "expected_resources": dict(expected),
+        "done": False,
+    }
+    if node is None:
+        return state
+    status = node.get("status") or {}
+    capacity = status.get("capacity") or {}
+    allocatable = status.get("allocatable") or {}
+    detail = {
+        resource: {
+            "capacity": _quantity(capacity.get(resource)),
+            "allocatable": _quantity(allocatable.get(resource)),
+            "expected": count,
+        }
+        for resource, count in sorted(expected.items())
+    }
+    state.update(
+        node_ready=node_is_ready(node),
+        capacity=sum(d["capacity"] for d in detail.values()),
+        allocatable=sum(d["allocatable"] for d in detail.values()),
+        resources=detail,
+    )
+    state["done"] = state["node_ready"] and all(
+        d["capacity"] == d["expected"] and d["allocatable"] == d["capacity"] for d in detail.values()
+    )
+    return state
+
+
+def resources_mismatch(state: dict) -> list:
+    """'nvidia.com/mig-1g.10gb 1 (expected 2)' for each resource a node reports in another count than expected."""
+    return [
+        f"{resource} {entry['capacity']} (expected {entry['expected']})"
+        for resource, entry in sorted((state.get("resources") or {}).items())
+        if "expected" in entry and entry["capacity"] != entry["expected"]
+    ]
+
+
+def mps_daemon_problem(node: dict, daemon_pod: dict | None) -> str | None:
+    """Why NVIDIA's MPS control daemon does not serve this node; None when its pod runs."""
+    if daemon_pod is None:
+        value = node_labels(node).get(MPS_CAPABLE_LABEL)
+        if value != "true":
+            found = "no such label" if value is None else f"{MPS_CAPABLE_LABEL}={value}"
+            return (
+                f"no MPS control daemon on this node: it runs only on nodes labelled {MPS_CAPABLE_LABEL}=true (the "
+                f"node has {found}); GPU feature discovery sets it when the config shares GPUs with MPS and no GPU "
+                "has MIG enabled, and kubegpu.node.site's labels step sets it from the config"
+            )
+        return "no MPS control daemon pod on this node yet (its DaemonSet has not scheduled one)"
+    kind, text = pod_problem(daemon_pod)
+    if kind is not None:
+        return f"the MPS control daemon pod {_pod_name(daemon_pod)} is not running: {text}"
+    return None
 
 
 def _label_expression_matches(labels: dict, expression: dict) -> bool:
@@ -370,6 +448,12 @@ def diagnose(state: dict, node: dict | None, pod: dict | None, pod_spec: dict, l
             f"{name}: {capacity - allocatable} of {capacity} {resource} unhealthy (allocatable {allocatable} < "
             f"capacity {capacity}); the plugin marks a device unhealthy after a critical Xid error, see the node's "
             "kernel log (dmesg) and nvidia-smi"
+        )
+    mismatch = resources_mismatch(state)
+    if mismatch:
+        return (
+            f"{name}: node reports {', '.join(mismatch)}: its MIG layout is not the one expected (the gpu_mig "
+            "role's layout and the plugin's migStrategy decide these resources), or a GPU is missing"
         )
     if expected is not None and capacity != expected:
         replicas = ""

@@ -19,6 +19,7 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.apply i
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
     check_options,
     expected_counts,
+    expected_resources,
     kubeconfig_secrets,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client import (
@@ -35,9 +36,11 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors 
     OptionError,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import (
+    mps_daemonset_name,
     object_path,
     removal_targets,
     render_objects,
+    stale_targets,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import (
     capacity_plan,
@@ -47,6 +50,7 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.waiter import (
     CapacityWait,
     diagnose_timeout,
+    refresh_pending,
     wait_for_capacity,
 )
 
@@ -105,10 +109,13 @@ def _present(module, client, result: dict) -> None:
         apply_object(client, obj, params["field_manager"], params["force_conflicts"], module.check_mode)
         for obj in objects
     ]
-    result["changed"] = any(entry["changed"] for entry in applied)
-    result["objects"] = [summary(entry) for entry in applied]
+    # What an earlier config needed and this one does not (the MPS control daemon): removed when it is ours.
+    removed = [delete_object(client, target, module.check_mode) for target in stale_targets(params)]
+    changes = applied + [entry for entry in removed if entry["action"] != "absent"]
+    result["changed"] = any(entry["changed"] for entry in changes)
+    result["objects"] = [summary(entry) for entry in changes]
     if module._diff:
-        result["diff"] = [diff_entry(entry) for entry in applied if entry["changed"]]
+        result["diff"] = [diff_entry(entry) for entry in changes if entry["changed"]]
     daemonset = applied[-1]["object"]
     result["daemonset"] = _daemonset_status(daemonset)
     if module.check_mode or not params["wait"]:
@@ -116,9 +123,24 @@ def _present(module, client, result: dict) -> None:
         return
     pod_spec = objects[-1]["spec"]["template"]["spec"]
     tracker = CapacityWait(
-        capacity_plan(params.get("config")), pod_spec, expected=expected_counts(params), names=params.get("nodes")
+        capacity_plan(params.get("config")),
+        pod_spec,
+        expected=expected_counts(params),
+        names=params.get("nodes"),
+        resources=expected_resources(params),
     )
     outcome = wait_for_capacity(client, tracker, float(params["wait_timeout"]), clock=time.monotonic)
+    refresh_error = None
+    if not outcome["done"]:
+        # The tracker may hold what the first list said, when every watch since was throttled or broken.
+        refresh_error = refresh_pending(client, tracker, clock=time.monotonic)
+        if tracker.complete():
+            outcome["done"] = True
+            module.warn(
+                f"every node reported its {tracker.plan['resource']} capacity, but the wait saw it only in a fresh "
+                f"read at its deadline: the API server's node watch gave no event ({client.throttled_count} answers "
+                "were 429 Too Many Requests)"
+            )
     result["waited"] = outcome["waited"]
     result["nodes"] = _node_report(tracker)
     # Best effort, one try: a throttled or failing read keeps the counters from the apply rather than delaying the
@@ -132,10 +154,15 @@ def _present(module, client, result: dict) -> None:
     _count_requests(client, result)
     done = sum(1 for state in tracker.states.values() if state["done"])
     resource = tracker.plan["resource"]
+    stale = (
+        f" (as the API server last showed them: reading the pending nodes again at the timeout failed: {refresh_error})"
+        if refresh_error
+        else ""
+    )
     module.fail_json(
         msg=(
             f"timed out after {params['wait_timeout']}s waiting for {resource} capacity: "
-            f"{done} of {len(tracker.states)} nodes ready. " + " ".join(diagnosis)
+            f"{done} of {len(tracker.states)} nodes ready{stale}. " + " ".join(diagnosis)
         ),
         **result,
     )
@@ -148,6 +175,11 @@ def _count_requests(client, result: dict) -> None:
 
 def _absent(module, client, result: dict) -> None:
     removed = [delete_object(client, target, module.check_mode) for target in removal_targets(module.params)]
+    # The MPS control daemon exists only with an MPS config: it is reported when there was one to delete.
+    mps_name = mps_daemonset_name(module.params)
+    removed = [
+        e for e in removed if not (e["name"] == mps_name and e["kind"] == "DaemonSet" and e["action"] == "absent")
+    ]
     for entry in removed:
         if entry.get("warning"):
             module.warn(entry["warning"])

@@ -6,8 +6,10 @@
 # One list of nodes, then one watch from that list's resourceVersion; each event re-evaluates only the node it names,
 # so the cost per event does not depend on the cluster's size. A stream that ends or breaks before the deadline is
 # resumed from its last resourceVersion (after a backoff when it ended early); a 410 Gone (history compacted) leads
-# to a fresh list, at most one per MIN_RELIST_INTERVAL. Pods are read only to explain a timeout (one list by label,
-# then the logs of at most MAX_LOGS failing pods). The clock and sleep are parameters so tests control time.
+# to a fresh list, at most one per MIN_RELIST_INTERVAL. At the deadline the nodes still pending are read once more
+# (refresh_pending): a server that throttled every watch showed the wait nothing since its list, and a node must not
+# be blamed for GPUs it reported seconds ago. Pods are read only to explain a timeout (one list by label, then the
+# logs of at most MAX_LOGS failing pods). The clock and sleep are parameters so tests control time.
 
 from __future__ import annotations
 
@@ -20,9 +22,16 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors 
     WatchGone,
     WatchInterrupted,
 )
-from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import CONTAINER_NAME, POD_SELECTOR
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.manifests import (
+    CONTAINER_NAME,
+    MPS_CONTAINER_NAME,
+    MPS_POD_SELECTOR,
+    POD_SELECTOR,
+)
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.readiness import (
     diagnose,
+    log_tail,
+    mps_daemon_problem,
     needs_logs,
     node_state,
     plugin_would_run,
@@ -34,6 +43,9 @@ NODES_PATH = "/api/v1/nodes"
 MAX_LOGS = 5
 LOG_TAIL_LINES = 20
 LOG_LIMIT_BYTES = 16384
+# The fresh read at the deadline: GETs of single nodes up to this many pending, one list beyond; its own time budget.
+MAX_SINGLE_READS = 10
+REFRESH_BUDGET = 10.0
 # The Go client's reflector: a watch shorter than this, or without events, counts as ending early.
 HEALTHY_WATCH_SECONDS = 1.0
 MIN_RELIST_INTERVAL = 1.0
@@ -58,11 +70,22 @@ def slim_node(node: dict) -> dict:
 class CapacityWait:
     """Tracks the nodes the wait covers and which of them are done."""
 
-    def __init__(self, plan: dict, pod_spec: dict, expected: dict | None = None, names: list | None = None):
+    def __init__(
+        self,
+        plan: dict,
+        pod_spec: dict,
+        expected: dict | None = None,
+        names: list | None = None,
+        resources: dict | None = None,
+    ):
         self.plan = plan
         self.pod_spec = pod_spec
         self.expected = expected
+        # Per node, the resources it must advertise (before sharing), such as its MIG devices.
+        self.resources = resources or {}
         self.fixed_targets = set(expected) if expected is not None else (set(names) if names else None)
+        if self.resources:
+            self.fixed_targets = (self.fixed_targets or set()) | set(self.resources)
         self.nodes: dict = {}
         self.states: dict = {}
         self.pending: set = set()
@@ -81,7 +104,7 @@ class CapacityWait:
             self.states.pop(name, None)
             self.pending.discard(name)
             return
-        state = node_state(self.nodes.get(name), name, self.plan, self._physical(name))
+        state = node_state(self.nodes.get(name), name, self.plan, self._physical(name), self.resources.get(name))
         self.states[name] = state
         if state["done"]:
             self.pending.discard(name)
@@ -201,9 +224,42 @@ def wait_for_capacity(client, tracker: CapacityWait, timeout: float, clock=time.
     }
 
 
-def _pod_logs(client, namespace: str, pod: dict) -> str | None:
+def refresh_pending(client, tracker: CapacityWait, clock=time.monotonic, budget: float = REFRESH_BUDGET) -> str | None:
+    """Read the nodes still pending afresh and judge them again; None, or why the read failed.
+
+    What the tracker holds comes from the last list and the events since: when every watch was throttled or broken,
+    that is the list from the start of the wait. One GET per node for a few pending nodes (a 404: the node is gone),
+    one list (with the wait's label selector) for more. The read has ``budget`` seconds of its own, retries included,
+    so a throttling server delays the result by at most that much.
+    """
+    if not tracker.pending:
+        return None
+    deadline = clock() + budget
+    try:
+        if len(tracker.pending) <= MAX_SINGLE_READS:
+            for name in sorted(tracker.pending):
+                node = client.get_or_none(f"{NODES_PATH}/{name}", deadline=deadline)
+                tracker.apply_event(
+                    {"type": "DELETED", "object": {"metadata": {"name": name}}}
+                    if node is None
+                    else {"type": "MODIFIED", "object": node}
+                )
+        else:
+            selectors = _selectors(tracker.pod_spec, tracker.fixed_targets)
+            listing = client.request(
+                "GET", NODES_PATH, query=selectors or None, timeout=LIST_TIMEOUT, deadline=deadline
+            )
+            tracker.reset({node["metadata"]["name"]: slim_node(node) for node in listing.get("items") or []})
+    except KubeApiError as error:
+        return f"{error.status} {error.api_reason or error.reason}: {error.api_message or error}".strip()
+    except KubeTransportError as error:
+        return error.msg
+    return None
+
+
+def _pod_logs(client, namespace: str, pod: dict, container: str = CONTAINER_NAME) -> str | None:
     kind, _text = pod_problem(pod)
-    query = {"container": CONTAINER_NAME, "tailLines": LOG_TAIL_LINES, "limitBytes": LOG_LIMIT_BYTES}
+    query = {"container": container, "tailLines": LOG_TAIL_LINES, "limitBytes": LOG_LIMIT_BYTES}
     if kind in ("crash_loop", "terminated"):
         query["previous"] = "true"
     path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/log"
@@ -243,6 +299,7 @@ def diagnose_timeout(client, tracker: CapacityWait, namespace: str, daemonset: s
             for name in sorted(tracker.pending)
         ]
     by_node = pods_by_node(listing.get("items") or [])
+    mps_pods = _mps_pods(client, namespace, tracker.plan)
     create_failure = None
     if daemonset and any(not by_node.get(name) for name in tracker.pending):
         create_failure = _daemonset_create_failure(client, namespace, daemonset)
@@ -259,8 +316,38 @@ def diagnose_timeout(client, tracker: CapacityWait, namespace: str, daemonset: s
         message = diagnose(state, tracker.nodes.get(name), pod, tracker.pod_spec, logs)
         if pod is None and create_failure and state.get("node_ready"):
             message += f"; the DaemonSet cannot create its pods: {create_failure}"
+        if mps_pods is not None and pod is not None and state.get("node_ready") and not state.get("capacity"):
+            message = _mps_message(client, namespace, state, tracker.nodes.get(name), mps_pods, message)
         messages.append(message)
     return messages
+
+
+def _mps_pods(client, namespace: str, plan: dict) -> dict | None:
+    """The MPS control daemon's pods by node under an MPS config (one list); None otherwise or when unreadable."""
+    if plan.get("sharing") != "mps":
+        return None
+    try:
+        listing = client.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": MPS_POD_SELECTOR}
+        )
+    except (KubeApiError, KubeTransportError):
+        return None
+    return pods_by_node(listing.get("items") or [])
+
+
+def _mps_message(client, namespace: str, state: dict, node: dict | None, mps_pods: dict, message: str) -> str:
+    """Under MPS, a node without capacity is most often one whose MPS control daemon does not run: say so first."""
+    daemon = (mps_pods.get(state["name"]) or [None])[0]
+    problem = mps_daemon_problem(node or {}, daemon)
+    if problem is None:
+        return message
+    text = f"{state['name']}: node reports no {state['resource']}: {problem}"
+    kind, _text = pod_problem(daemon) if daemon is not None else (None, "")
+    if kind in ("crash_loop", "terminated"):
+        tail = log_tail(_pod_logs(client, namespace, daemon, MPS_CONTAINER_NAME))
+        if tail:
+            text += "; last log lines of the daemon: " + " | ".join(tail)
+    return text
 
 
 def diagnose_without_pods(state: dict, node: dict | None, pod_spec: dict, error: KubeApiError) -> str:

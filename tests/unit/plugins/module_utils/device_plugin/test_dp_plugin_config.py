@@ -121,12 +121,49 @@ def test_time_slicing_and_mps_are_exclusive():
     assert "sharing: timeSlicing and mps cannot both be set; choose one sharing strategy" in validate_config(config)
 
 
-def test_mps_is_refused_because_its_control_daemon_is_not_deployed():
-    config = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
-    (problem,) = validate_config(config)
-    assert problem.startswith("sharing.mps: not supported by this module")
-    assert "MPS control daemon" in problem
-    assert "use sharing.timeSlicing" in problem
+def test_mps_is_accepted():
+    config = {
+        "version": "v1",
+        "flags": {"mpsRoot": "/run/nvidia/mps"},
+        "sharing": {"mps": {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
+    }
+    assert validate_config(config) == []
+    assert config_warnings(config) == []
+
+
+@pytest.mark.parametrize(
+    ("mps", "flags", "fragment"),
+    [
+        (
+            {"failRequestsGreaterThanOne": False, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]},
+            {},
+            "sharing.mps.failRequestsGreaterThanOne: false is ignored by the plugin",
+        ),
+        ({"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}, {}, "replicas: must be at least 2"),
+        ({"resources": []}, {}, "sharing.mps.resources: at least one resource to share is required"),
+        ({"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}, {"mpsRoot": "run/mps"}, "must be an absolute"),
+        (
+            {"resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 2}]},
+            {"migStrategy": "mixed"},
+            "MPS shares full GPUs only",
+        ),
+    ],
+)
+def test_mps_refusals_where_the_plugin_refuses_or_ignores(mps, flags, fragment):
+    problems = validate_config({"version": "v1", "flags": flags, "sharing": {"mps": mps}})
+    assert any(fragment in problem for problem in problems), problems
+
+
+def test_mps_fail_requests_greater_than_one_true_is_fine():
+    mps = {"failRequestsGreaterThanOne": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}
+    assert validate_config({"version": "v1", "sharing": {"mps": mps}}) == []
+
+
+def test_more_mps_replicas_than_mps_clients_warns():
+    config = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 64}]}}}
+    assert validate_config(config) == []
+    (warning,) = config_warnings(config)
+    assert "at most 48 clients" in warning
 
 
 @pytest.mark.parametrize("strategy", ["single", "mixed"])
@@ -136,7 +173,8 @@ def test_mps_is_not_allowed_with_mig(strategy):
         "flags": {"migStrategy": strategy},
         "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}},
     }
-    assert f"sharing.mps: MPS cannot be combined with MIG (flags.migStrategy is {strategy})" in validate_config(config)
+    (problem,) = validate_config(config)
+    assert problem.startswith(f"sharing.mps: MPS cannot be combined with MIG (flags.migStrategy is {strategy})")
 
 
 @pytest.mark.parametrize(
