@@ -884,8 +884,9 @@ def check_key(inputs: Inputs, key: str | None, key_error: str) -> None:
         trusted = [_apt.normalise_fingerprint(f) for f in inputs.repository_key_fingerprints]
         raise Refusal(
             f"the key from {where} has the fingerprint(s) {', '.join(found)}, and only {', '.join(trusted)} "
-            f"{'is' if len(trusted) == 1 else 'are'} trusted (nvidia_driver_repository_key_fingerprints). The key was not written. If the repository's owner "
-            f"really changed its key, check the new fingerprint through another channel and set it. {NOTHING_CHANGED}"
+            f"{'is' if len(trusted) == 1 else 'are'} trusted (nvidia_driver_repository_key_fingerprints). The key "
+            "was not written. If the repository's owner really changed its key, check the new fingerprint through "
+            f"another channel and set it. {NOTHING_CHANGED}"
         )
 
 
