@@ -67,7 +67,7 @@ cuda_path = "compute/cuda/repos/debian12/x86_64"
 print(json.dumps({
     "nvidia_driver_repository_url": f"{cuda_url}/current/{cuda_path}/",
     "nvidia_driver_repository_key_url": f"{cuda_url}/good/{cuda_path}/3bf863cc.pub",
-    "nvidia_driver_repository_key_fingerprint": load("cuda-driver.keys.json")["good"],
+    "nvidia_driver_repository_key_fingerprints": [load("cuda-driver.keys.json")["good"]],
     "nvidia_container_toolkit_repo_url": f"{toolkit_url}/current/libnvidia-container",
     "nvidia_container_toolkit_repo_key_fingerprints": [load("nvidia-container-toolkit.keys.json")["good"]],
 }, indent=2))
@@ -264,14 +264,15 @@ for n in "${nodes[@]}"; do
     "$(podman exec "$n" sh -c 'ls /var/lib/kubegpu/container_runtime/pending/ 2>/dev/null | wc -l')" 0
 done
 expect "the validation table says ok for every node" "$(grep -Ec 'kubegpu-demo-node-[12] .*FAILED' "$work/first-run.log")" 0
-# The toolkit's preflight ran in site.yml's preflight play and again in a batch where the driver step had installed
-# packages since (dpkg's database changed), so what it had read was not reused: node 1's in the cancelled run, node 2's
-# in the resumed one. Node 1's batch in the resumed run reused its preflight: nothing had changed on it since.
-for log in cancelled-run first-run; do
-  expect "the toolkit's preflight ran again after the driver step ($log)" "$(sed -n \
-    '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
-    "$work/$log.log" | grep -c '^ok: ')" 3
-done
+# The toolkit's plan: a full read per node in site.yml's preflight play, the node's read in its batch, and one more
+# after apt installed the packages. The cancelled run planned both nodes and ran node 1's batch (installing); the
+# resumed run planned both, re-read node 1 (nothing to install) and ran node 2's batch (installing).
+expect "the toolkit planned from the preflight's read, then from the node's (cancelled run)" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Plan the toolkit from the node as it is/,/^TASK \[/p' \
+  "$work/cancelled-run.log" | grep -c '^ok: ')" 4
+expect "the toolkit planned from the preflight's read, then from the node's (resumed run)" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Plan the toolkit from the node as it is/,/^TASK \[/p' \
+  "$work/first-run.log" | grep -c '^ok: ')" 5
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 
 # The simulated API server's own record of what was created and preempted (tests/kubesim: creations, preemptions).
@@ -300,13 +301,14 @@ expect "the second run started no pod" "$(( $(pods_created) - created_before ))"
 expect "the second run validated no node (both passed with the driver and toolkit they run)" \
   "$(grep -c '"Validating 0 of 2 nodes"' "$work/second-run.log")" 1
 expect "the workload on node 2 kept running, as the same pod" "$(workload)" "$workload_before"
-# The driver's and the toolkit's preflight ran once per node, in site.yml's preflight play; with nothing changed on
-# the nodes since, the batches reused the result.
-expect "each node's driver preflight ran once" "$(sed -n '/^TASK \[kubegpu.node.nvidia_driver : Read the free space/,/^TASK \[/p' \
-  "$work/second-run.log" | grep -c '^ok: ')" 2
-expect "each node's toolkit preflight ran once" "$(sed -n \
-  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Read the toolkit packages installed/,/^TASK \[/p' \
-  "$work/second-run.log" | grep -c '^ok: ')" 2
+# The driver's and the toolkit's source and own files are read once per node, in site.yml's preflight play; the
+# batch plans from what the preflight handed over and a read of the node only: two plans per node and role.
+expect "each node's driver planned twice (preflight, batch)" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_driver : Plan the driver from the node as it is/,/^TASK \[/p' \
+  "$work/second-run.log" | grep -c '^ok: ')" 4
+expect "each node's toolkit planned twice (preflight, batch)" "$(sed -n \
+  '/^TASK \[kubegpu.node.nvidia_container_toolkit : Plan the toolkit from the node as it is/,/^TASK \[/p' \
+  "$work/second-run.log" | grep -c '^ok: ')" 4
 for n in "${nodes[@]}"; do
   expect "$n's containerd was not restarted again" "$(podman exec "$n" systemctl show -p MainPID --value containerd)" \
     "${containerd_pid[$n]}"
