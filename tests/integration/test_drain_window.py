@@ -8,69 +8,26 @@ whether it ends cordoned, and the message of a failure.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
 from kubesim import SimCluster, SimNode
 
-REPO = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).resolve().parent / "drain_window" / "harness.yml"
 
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
-
-def _run(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variables: Any) -> subprocess.CompletedProcess:
-    kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-    inventory = {
-        "all": {
-            "children": {"gpu_nodes": {"hosts": hosts}},
-            "vars": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-                "kubegpu_kubeconfig": kubeconfig,
-                "harness_dir": str(tmp_path),
-                "harness_sim_url": cluster.url,
-                "harness_token": cluster.token,
-                # Twice safe: the role chain must never run on this machine.
-                "kubegpu_nvidia_driver": False,
-                "kubegpu_nvidia_container_toolkit": False,
-                "kubegpu_container_runtime": False,
-                "kubegpu_kubelet": False,
-                **variables,
-            },
-        }
-    }
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections"),
-        ANSIBLE_NOCOLOR="true",
-        ANSIBLE_STDOUT_CALLBACK="default",
+def _run(ansible, cluster: SimCluster, hosts: dict, *args: str, **variables: Any):
+    kubeconfig = cluster.write_kubeconfig(str(ansible.workdir / "kubeconfig"))
+    inventory = ansible.inventory(
+        hosts,
+        kubegpu_kubeconfig=kubeconfig,
+        harness_dir=str(ansible.workdir),
+        harness_sim_url=cluster.url,
+        harness_token=cluster.token,
+        **variables,
     )
-    return subprocess.run(
-        [
-            "ansible-playbook",
-            str(HARNESS),
-            "-i",
-            str(tmp_path / "inventory.yml"),
-            "--skip-tags",
-            # The role chain never runs on this machine (local connection): only site.yml's own tasks are tested.
-            "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-        cwd=tmp_path,
-    )
+    # The role chain never runs on this machine (local connection): only site.yml's own tasks are tested.
+    return ansible.playbook(HARNESS, *args, inventory=inventory)
 
 
 def _pod(cluster: SimCluster, name: str, node: str) -> None:
@@ -110,7 +67,7 @@ def _cluster() -> SimCluster:
     return SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4), SimNode("gpu-c", gpus=4)])
 
 
-def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(tmp_path):
+def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(ansible, tmp_path):
     with _cluster() as cluster:
         _pod(cluster, "train-a", "gpu-a")
         _pod(cluster, "train-b", "gpu-b")
@@ -130,7 +87,7 @@ def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(tmp_path):
         )
         boot_before = cluster.get_object("node", "gpu-a")["status"]["nodeInfo"]["bootID"]
         hosts = {"gpu-a": {"harness_reboot": True}, "gpu-c": {}, "new-host": {}}
-        completed = _run(tmp_path, cluster, hosts, kubegpu_drain_timeout=60)
+        completed = _run(ansible, cluster, hosts, kubegpu_drain_timeout=60)
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
 
@@ -150,14 +107,12 @@ def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(tmp_path):
         assert {p.name for p in tmp_path.glob("ran-*")} == {"ran-gpu-a", "ran-gpu-c", "ran-new-host"}
 
 
-def test_a_budget_that_never_allows_it_stops_the_drain_and_leaves_the_node_cordoned(tmp_path):
+def test_a_budget_that_never_allows_it_stops_the_drain_and_leaves_the_node_cordoned(ansible, tmp_path):
     with _cluster() as cluster:
         _pod(cluster, "train-a", "gpu-a")
         _budget(cluster, 1)
         assert cluster.wait_for(lambda: cluster.get_object("pod", "train-a", "default")["status"]["phase"] == "Running")
-        completed = _run(
-            tmp_path, cluster, {"gpu-a": {}, "gpu-b": {"harness_fail_step": True}}, kubegpu_drain_timeout=6
-        )
+        completed = _run(ansible, cluster, {"gpu-a": {}, "gpu-b": {"harness_fail_step": True}}, kubegpu_drain_timeout=6)
         output = completed.stdout + completed.stderr
         assert completed.returncode != 0, output
         # The budget held: the pod is still there, the steps never ran on gpu-a, and it says what to do.
@@ -175,12 +130,12 @@ def test_a_budget_that_never_allows_it_stops_the_drain_and_leaves_the_node_cordo
         assert "put it back with `kubectl uncordon gpu-b`" in output
 
 
-def test_check_mode_drains_nothing(tmp_path):
+def test_check_mode_drains_nothing(ansible, tmp_path):
     with _cluster() as cluster:
         _pod(cluster, "train-a", "gpu-a")
         assert cluster.wait_for(lambda: cluster.get_object("pod", "train-a", "default")["status"]["phase"] == "Running")
         cluster.reset_counts()
-        completed = _run(tmp_path, cluster, {"gpu-a": {}}, "--check")
+        completed = _run(ansible, cluster, {"gpu-a": {}}, "--check")
         assert completed.returncode == 0, completed.stdout
         assert "would cordon and drain node gpu-a" in completed.stdout
         assert not _cordoned(cluster, "gpu-a")

@@ -9,18 +9,10 @@ them for inputs that were never checked. This renders the key, as the role does,
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
 # role -> (an input to change, its new value; an output of the role, which must not move the key)
 CASES = {
@@ -29,7 +21,8 @@ CASES = {
 }
 
 
-def _keys(tmp_path: Path, role: str) -> dict[str, str]:
+def _keys(ansible, role: str) -> dict[str, str]:
+    tmp_path = ansible.workdir
     changed_input, new_value, output = CASES[role]
     key = f"{{{{ __{role}_preflight_key }}}}"
     steps: list[tuple[str, dict]] = [
@@ -60,39 +53,30 @@ def _keys(tmp_path: Path, role: str) -> dict[str, str]:
             "hosts": "localhost",
             "gather_facts": False,
             "vars_files": [
-                str(REPO / "roles" / role / "defaults" / "main.yml"),
-                str(REPO / "roles" / role / "vars" / "main.yml"),
+                str(ansible.repo / "roles" / role / "defaults" / "main.yml"),
+                str(ansible.repo / "roles" / role / "vars" / "main.yml"),
             ],
             "tasks": tasks,
         }
     ]
     (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="true", ANSIBLE_LOCALHOST_WARNING="false")
-    run = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(tmp_path / "playbook.yml"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=300,
-        check=False,
+    run = ansible.playbook(
+        tmp_path / "playbook.yml",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        skip_chain=False,
     )
-    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.returncode == 0, run.output
     return json.loads((tmp_path / "keys.json").read_text())
 
 
 @pytest.mark.parametrize("role", sorted(CASES))
-def test_preflight_key_follows_inputs_only(tmp_path: Path, role: str) -> None:
-    keys = _keys(tmp_path, role)
+def test_preflight_key_follows_inputs_only(ansible, role: str) -> None:
+    keys = _keys(ansible, role)
     assert len(keys["base"]) == 40, keys  # a SHA-1, rendered rather than left as a template
     # The switch and the role's outputs are not inputs of the checks.
     assert keys["switch"] == keys["base"]

@@ -11,75 +11,31 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-import yaml
 from kubesim import SimCluster, SimNode
-
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
 
 def _run_site(
-    tmp_path: Path,
+    ansible,
     hosts: dict,
     kubeconfig: str,
     tags: str = "device_plugin",
     extra_vars: dict | None = None,
     env_extra: dict | None = None,
-    skip_tags: str = "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet",
-) -> subprocess.CompletedProcess:
-    inventory = {
-        "all": {
-            "children": {"gpu_nodes": {"hosts": hosts}},
-            "vars": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-                # The play asks for become; these hosts are this machine, already root or not, without sudo.
-                "ansible_become": False,
-                "kubegpu_device_plugin_wait_timeout": 30,
-                "kubegpu_validation_timeout": 30,
-                # Twice safe: the role chain must never run on this machine.
-                "kubegpu_nvidia_driver": False,
-                "kubegpu_nvidia_container_toolkit": False,
-                "kubegpu_container_runtime": False,
-                "kubegpu_kubelet": False,
-                **(extra_vars or {}),
-            },
-        }
-    }
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections"),
-        ANSIBLE_NOCOLOR="true",
-        ANSIBLE_STDOUT_CALLBACK="default",
-        **(env_extra or {}),
+):
+    inventory = ansible.inventory(
+        hosts, kubegpu_device_plugin_wait_timeout=30, kubegpu_validation_timeout=30, **(extra_vars or {})
     )
-    return subprocess.run(
-        [
-            "ansible-playbook",
-            str(REPO / "playbooks" / "site.yml"),
-            "-i",
-            str(tmp_path / "inventory.yml"),
-            "--tags",
-            tags,
-            "--skip-tags",
-            skip_tags,
-            "-e",
-            f"kubegpu_kubeconfig={kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    return ansible.playbook(
+        ansible.site,
+        "--tags",
+        tags,
+        "-e",
+        f"kubegpu_kubeconfig={kubeconfig}",
+        inventory=inventory,
+        env=env_extra,
         timeout=240,
-        check=False,
-        cwd=tmp_path,
     )
 
 
@@ -96,7 +52,7 @@ def _pci_gpus_here() -> int:
     return count
 
 
-def test_site_waits_for_each_nodes_count_and_reports_it(tmp_path):
+def test_site_waits_for_each_nodes_count_and_reports_it(ansible, tmp_path):
     detected = _pci_gpus_here()
     nodes = [SimNode("gpu-a", gpus=8), SimNode("gpu-b", gpus=4), SimNode("this-host", gpus=detected)]
     with SimCluster(nodes=nodes, capacity_delay=0.2) as cluster:
@@ -112,7 +68,7 @@ def test_site_waits_for_each_nodes_count_and_reports_it(tmp_path):
         hosts["gpu-a"]["kubegpu_validate"] = False
         hosts["gpu-b.example.internal"]["kubegpu_validate"] = False
         hosts["this-host"]["kubegpu_validate"] = False
-        completed = _run_site(tmp_path, hosts, kubeconfig)
+        completed = _run_site(ansible, hosts, kubeconfig)
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         node_a = cluster.get_object("Node", "gpu-a")
@@ -122,10 +78,10 @@ def test_site_waits_for_each_nodes_count_and_reports_it(tmp_path):
     assert "failed=0" in output
 
 
-def test_site_refuses_a_gpu_count_that_is_not_a_number(tmp_path):
+def test_site_refuses_a_gpu_count_that_is_not_a_number(ansible, tmp_path):
     with SimCluster(nodes=[SimNode("gpu-a", gpus=8)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        completed = _run_site(tmp_path, {"gpu-a": {"kubegpu_gpu_count": "eight"}}, kubeconfig)
+        completed = _run_site(ansible, {"gpu-a": {"kubegpu_gpu_count": "eight"}}, kubeconfig)
         daemonset = cluster.get_object("DaemonSet", "nvidia-device-plugin-daemonset", "kube-system")
     output = completed.stdout + completed.stderr
     assert completed.returncode != 0, output
@@ -180,12 +136,12 @@ def _gpu_hosts(facts_dir: str, **extra: object) -> dict:
     return {"gpu-a": dict(common), "gpu-b": dict(common)}
 
 
-def test_site_labels_nodes_and_validates_them(tmp_path):
+def test_site_labels_nodes_and_validates_them(ansible, tmp_path):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         completed = _run_site(
-            tmp_path,
+            ansible,
             _gpu_hosts(standins["facts"]),
             kubeconfig,
             tags="all",
@@ -219,18 +175,18 @@ def test_site_labels_nodes_and_validates_them(tmp_path):
 
         # A second run changes nothing: labels are applied as they are, validation leaves nothing behind.
         again = _run_site(
-            tmp_path, _gpu_hosts(standins["facts"]), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]}
+            ansible, _gpu_hosts(standins["facts"]), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]}
         )
-        assert again.returncode == 0, again.stdout
-        assert "changed=0" in again.stdout and "changed=1" not in again.stdout, again.stdout
+        assert again.returncode == 0, again.output
+        assert again.unchanged(["gpu-a", "gpu-b"]) == [], again.stdout
 
 
-def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(tmp_path):
+def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(ansible, tmp_path):
     standins = _standins(tmp_path)
     gfd = {"nvidia.com/gfd.timestamp": "1700000000", "nvidia.com/gpu.product": "Tesla-T4"}
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4, labels=gfd)]) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        completed = _run_site(tmp_path, _gpu_hosts(standins["facts"]), kubeconfig, tags="labels")
+        completed = _run_site(ansible, _gpu_hosts(standins["facts"]), kubeconfig, tags="labels")
         assert completed.returncode == 0, completed.stdout
         assert (
             cluster.get_object("Node", "gpu-a")["metadata"]["labels"]["nvidia.com/gpu.product"]
@@ -240,7 +196,7 @@ def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(
         assert "GPU feature discovery labels it" in completed.stdout
 
         static = _run_site(
-            tmp_path,
+            ansible,
             _gpu_hosts(standins["facts"]),
             kubeconfig,
             tags="labels",
@@ -253,12 +209,12 @@ def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(
         )
 
 
-def test_validation_failure_names_the_node_and_cleans_up(tmp_path):
+def test_validation_failure_names_the_node_and_cleans_up(ansible, tmp_path):
     standins = _standins(tmp_path, smi_exit=9)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         completed = _run_site(
-            tmp_path,
+            ansible,
             _gpu_hosts(standins["facts"]),
             kubeconfig,
             tags="device_plugin",
