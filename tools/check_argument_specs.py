@@ -1,6 +1,7 @@
 """The variable contract of the collection's roles, checked in `make lint`.
 
-For every role and every entry point of its meta/argument_specs.yml:
+For every role and every entry point of its meta/argument_specs.yml (internal roles, whose name starts with `_`, take
+no public variables and have neither):
 - every variable in defaults/main.yml is an option, and every option with a default is in defaults/main.yml, with the
   same value;
 - every list option says what its elements are; every public variable starts with the role's name;
@@ -94,6 +95,11 @@ def check_options(role: Path, entry: str, options: dict[str, Any], defaults: dic
 
 def check_role(role: Path) -> list[str]:
     specs_file = role / "meta" / "argument_specs.yml"
+    if role.name.startswith("_"):
+        # An internal role (roles/_common) takes no public variables: nothing for a user to set, nothing to validate.
+        if specs_file.is_file() or (role / "defaults").exists():
+            return [f"{role.name}: an internal role has no public variables (no defaults/, no meta/argument_specs.yml)"]
+        return []
     if not specs_file.is_file():
         return [f"{role.name}: meta/argument_specs.yml is missing"]
     entries = entry_points(role)
@@ -160,7 +166,10 @@ def check_calls(root: Path) -> list[str]:
                 continue
             entries = entry_points(root / "roles" / role)
             for value in values:
-                if value not in entries:
+                if role.startswith("_"):
+                    if not (root / "roles" / role / "tasks" / f"{value}.yml").is_file():
+                        problems.append(f"{where}: tasks_from {value!r} of {role}: no tasks/{value}.yml")
+                elif value not in entries:
                     hint = f" (write tasks_from: {value[:-4]})" if value.endswith(".yml") else ""
                     problems.append(
                         f"{where}: tasks_from {value!r} of {role} is not an entry point of its "
