@@ -68,7 +68,7 @@ def problems(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--unchanged", action="store_true", required=True, help="fail when a host is not unchanged")
     parser.add_argument("log", type=Path, help="the output of ansible-playbook")
     parser.add_argument("hosts", nargs="*", help="hosts that must be in the recap (default: those it lists)")

@@ -12,11 +12,16 @@ and every `tasks_from:` in the collection's playbooks and roles names an entry p
 without `.yml` (Ansible looks the spec up by the exact `tasks_from` value: `tasks_from: preflight.yml` validates
 nothing).
 
+Then site.yml's own variables (tools/contract/site.py: each kubegpu_* variable the playbooks read is in
+playbooks/vars/site_argument_specs.yml and README.md), and every boolean of the roles and of site.yml read as a
+boolean wherever it is used (tools/contract/booleans.py).
+
 Usage: python tools/check_argument_specs.py [ROOT]
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -24,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from contract import booleans, site
 
 COLLECTION_PREFIX = "kubegpu.node."
 ROLE_INCLUDES = {"include_role", "ansible.builtin.include_role", "import_role", "ansible.builtin.import_role"}
@@ -178,15 +186,33 @@ def check_calls(root: Path) -> list[str]:
     return problems
 
 
+def boolean_variables(root: Path) -> set[str]:
+    """Every variable of type bool: the roles' options (any entry point) and site.yml's."""
+    names = {
+        name
+        for role in sorted(p for p in (root / "roles").iterdir() if p.is_dir())
+        for spec in entry_points(role).values()
+        for name, option in (spec.get("options") or {}).items()
+        if (option or {}).get("type") == "bool"
+    }
+    return names | {name for name, option in site.options(root).items() if (option or {}).get("type") == "bool"}
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent.parent
     roles = sorted(p for p in (root / "roles").iterdir() if p.is_dir())
     problems = [problem for role in roles for problem in check_role(role)]
     problems += check_calls(root)
+    problems += site.check(root)
+    flags = boolean_variables(root)
+    problems += booleans.check(root, flags, booleans.ModuleOptions(os.environ.get("ANSIBLE_COLLECTIONS_PATH")))
     for problem in problems:
         print(problem, file=sys.stderr)
     entries = sum(len(entry_points(role)) for role in roles)
-    print(f"argument specs: {len(roles)} roles, {entries} entry points checked, {len(problems)} problems")
+    print(
+        f"argument specs: {len(roles)} roles, {entries} entry points, site.yml's {len(site.options(root))} variables, "
+        f"every use of {len(flags)} booleans checked, {len(problems)} problems"
+    )
     return 1 if problems else 0
 
 
