@@ -14,7 +14,8 @@ nothing).
 
 Then site.yml's own variables (tools/contract/site.py: each kubegpu_* variable the playbooks read is in
 playbooks/vars/site_argument_specs.yml and README.md), and every boolean of the roles and of site.yml read as a
-boolean wherever it is used (tools/contract/booleans.py).
+boolean wherever it is used (tools/contract/booleans.py); and the naming table of docs/naming.md, with the names of
+kubespray's and DeepOps' variables (tools/contract/naming.py).
 
 Usage: python tools/check_argument_specs.py [ROOT]
 """
@@ -31,7 +32,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contract import booleans, site
+from contract import booleans, naming, site
 
 COLLECTION_PREFIX = "kubegpu.node."
 ROLE_INCLUDES = {"include_role", "ansible.builtin.include_role", "import_role", "ansible.builtin.import_role"}
@@ -204,6 +205,14 @@ def main(argv: list[str]) -> int:
     problems = [problem for role in roles for problem in check_role(role)]
     problems += check_calls(root)
     problems += site.check(root)
+    public = {
+        role.name: {
+            name: option for spec in entry_points(role).values() for name, option in (spec.get("options") or {}).items()
+        }
+        for role in roles
+        if not role.name.startswith("_")
+    }
+    problems += naming.check(root, public, site.options(root))
     flags = boolean_variables(root)
     problems += booleans.check(root, flags, booleans.ModuleOptions(os.environ.get("ANSIBLE_COLLECTIONS_PATH")))
     for problem in problems:

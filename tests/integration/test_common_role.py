@@ -23,7 +23,8 @@ PROBE_TASKS = """\
 
 - name: Write what the chain loaded
   ansible.builtin.copy:
-    content: "{{ {'level': __probe_level, 'shared': __probe_shared} | to_json }}"
+    content: "{{ {'level': __probe_level, 'shared': __probe_shared, 'flag': probe_flag | bool,
+                  'gates': probe_gates} | to_json }}"
     dest: "{{ probe_out }}"
     mode: "0600"
 """
@@ -40,8 +41,12 @@ def _collection(ansible, os_files: dict[str, dict]) -> Path:
     probe = node / "roles" / "probe"
     (probe / "tasks").mkdir(parents=True)
     (probe / "tasks" / "main.yml").write_text(PROBE_TASKS)
+    (probe / "defaults").mkdir()
+    (probe / "defaults" / "main.yml").write_text("probe_flag: false\nprobe_gates: {}\n")
+    (probe / "vars").mkdir()
+    (probe / "vars" / "main.yml").write_text(yaml.safe_dump({"__probe_renamed": RENAMED}))
     if os_files:
-        (probe / "vars" / "os").mkdir(parents=True)
+        (probe / "vars" / "os").mkdir()
         for name, variables in os_files.items():
             (probe / "vars" / "os" / name).write_text(yaml.safe_dump(variables))
     return root
@@ -76,6 +81,10 @@ def _this_system() -> tuple[str, str]:
     return release["ID"].strip('"').capitalize(), release.get("VERSION_ID", "").strip('"').split(".")[0]
 
 
+RENAMED = [
+    {"old": "probe_old_flag", "new": "probe_flag", "type": "bool", "removed_in": "9.0.0"},
+    {"old": "probe_old_gates", "new": "probe_gates", "type": "dict", "removed_in": "9.0.0"},
+]
 SHARED = {"__probe_shared": "from default.yml", "__probe_level": "default", "__probe_os_tested": True}
 
 
@@ -93,7 +102,7 @@ def test_the_most_specific_os_file_wins_over_default(ansible, levels, expected):
     assert run.returncode == 0, run.output
     loaded = json.loads((ansible.workdir / "out.json").read_text())
     # Only the first file found is loaded over default.yml; what it does not set comes from default.yml.
-    assert loaded == {"level": expected, "shared": "from default.yml"}
+    assert loaded == {"level": expected, "shared": "from default.yml", "flag": False, "gates": {}}
     assert "is not among the systems" not in run.output
 
 
@@ -130,7 +139,8 @@ def test_a_role_without_os_files_gets_the_python_check_and_the_facts(ansible):
     playbook_vars = {"__probe_level": "none", "__probe_shared": "none"}
     run = _run(ansible, {}, **playbook_vars)
     assert run.returncode == 0, run.output
-    assert json.loads((ansible.workdir / "out.json").read_text()) == {"level": "none", "shared": "none"}
+    loaded = json.loads((ansible.workdir / "out.json").read_text())
+    assert (loaded["level"], loaded["shared"]) == ("none", "none")
 
 
 def test_it_refuses_to_run_on_its_own(ansible):
@@ -156,3 +166,29 @@ def test_it_refuses_to_run_on_its_own(ansible):
     assert run.returncode != 0, run.output
     assert "kubegpu.node._common is internal" in run.output
     assert "Find the node's Python version" not in run.output
+
+
+def test_an_old_name_with_the_new_ones_type_is_used_with_a_warning(ansible):
+    # As -e or AWX give it: the string "true".
+    run = _run(ansible, {"default.yml": SHARED}, probe_old_flag="true", probe_old_gates={"DevicePlugins": True})
+    assert run.returncode == 0, run.output
+    loaded = json.loads((ansible.workdir / "out.json").read_text())
+    assert (loaded["flag"], loaded["gates"]) == (True, {"DevicePlugins": True})
+    assert (
+        "DEPRECATED: probe_old_flag is the old name of probe_flag (kubegpu.node.probe), removed in 9.0.0" in run.output
+    )
+
+
+def test_an_old_name_set_to_another_tools_shape_is_left_alone(ansible):
+    # kubespray's kubelet_feature_gates is a list of "Name=true" strings; the role's was a dict.
+    run = _run(ansible, {"default.yml": SHARED}, probe_old_gates=["DevicePlugins=true"])
+    assert run.returncode == 0, run.output
+    assert json.loads((ansible.workdir / "out.json").read_text())["gates"] == {}
+    assert "probe_old_gates is set to a list, not the dict that kubegpu.node.probe read" in run.output
+    assert "DEPRECATED" not in run.output
+
+
+def test_no_old_name_no_message(ansible):
+    run = _run(ansible, {"default.yml": SHARED})
+    assert run.returncode == 0, run.output
+    assert "DEPRECATED" not in run.output and "is left alone" not in run.output
