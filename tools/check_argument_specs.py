@@ -15,7 +15,8 @@ nothing).
 Then site.yml's own variables (tools/contract/site.py: each kubegpu_* variable the playbooks read is in
 playbooks/vars/site_argument_specs.yml and README.md), and every boolean of the roles and of site.yml read as a
 boolean wherever it is used (tools/contract/booleans.py); and the naming table of docs/naming.md, with the names of
-kubespray's and DeepOps' variables (tools/contract/naming.py).
+kubespray's and DeepOps' variables (tools/contract/naming.py); and every version_added against galaxy.yml's version
+and the released ones (tools/contract/versions.py).
 
 Usage: python tools/check_argument_specs.py [ROOT]
 """
@@ -32,7 +33,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contract import booleans, naming, site
+from contract import booleans, naming, site, versions
 
 COLLECTION_PREFIX = "kubegpu.node."
 ROLE_INCLUDES = {"include_role", "ansible.builtin.include_role", "import_role", "ansible.builtin.import_role"}
@@ -213,8 +214,9 @@ def main(argv: list[str]) -> int:
         if not role.name.startswith("_")
     }
     problems += naming.check(root, public, site.options(root))
+    problems += versions.check(root)
     flags = boolean_variables(root)
-    problems += booleans.check(root, flags, booleans.ModuleOptions(os.environ.get("ANSIBLE_COLLECTIONS_PATH")))
+    problems += booleans.check(root, flags, booleans.ModuleOptions(os.environ.get("ANSIBLE_COLLECTIONS_PATH"), root))
     for problem in problems:
         print(problem, file=sys.stderr)
     entries = sum(len(entry_points(role)) for role in roles)

@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
     sources: list[dict[str, Any]] = []
     variables: dict[str, list[str]] = {}
     for item in argv[2:]:
-        project, _, path = item.partition("=")
+        project, path = item.split("=", 1)
         source, found = collect(project, Path(path))
         sources.append(source)
         for name, places in found.items():

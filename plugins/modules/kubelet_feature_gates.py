@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: kubelet_feature_gates
 short_description: Plan the kubelet's feature gates for its version, wherever this node's kubelet reads them
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Reads the kubelet's version (C(kubelet --version)) and where its systemd unit takes its settings from (the
     C(ExecStart) variables and the environment files that define them, such as kubeadm's

@@ -13,6 +13,7 @@ passed on to another role's variable without `| bool`).
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -220,10 +221,11 @@ def check(root: Path, booleans: set[str], option_type: Callable[[str, str], str 
 class ModuleOptions:
     """Option types of modules and action plugins, from their documentation (the collection's own too)."""
 
-    def __init__(self, collections_path: str | None) -> None:
+    def __init__(self, collections_path: str | None, root: Path | None = None) -> None:
         self._cache: dict[str, dict[str, str]] = {}
         self._ready = False
         self._collections_path = collections_path
+        self._root = root
 
     def _init(self) -> None:
         if self._ready:
@@ -244,6 +246,10 @@ class ModuleOptions:
         return self._cache[module].get(option)
 
     def _load(self, module: str) -> dict[str, str]:
+        own = module.removeprefix("kubegpu.node.")
+        if self._root is not None and own != module:
+            # This collection's own: its documentation read from the tree, whatever the loader was set up with.
+            return self._own(self._root / "plugins" / "modules" / f"{own}.py")
         self._init()
         from ansible.plugins.loader import fragment_loader, module_loader
         from ansible.utils.plugin_docs import get_docstring
@@ -255,4 +261,22 @@ class ModuleOptions:
             context.plugin_resolved_path, fragment_loader, collection_name=context.plugin_resolved_collection
         )[0]
         options = (doc or {}).get("options") or {}
+        return {name: str((spec or {}).get("type", "str")) for name, spec in options.items()}
+
+    @staticmethod
+    def _own(path: Path) -> dict[str, str]:
+        if not path.is_file():
+            return {}
+        tree = ast.parse(path.read_text())
+        text = next(
+            (
+                node.value.value
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "DOCUMENTATION" for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+            ),
+            "",
+        )
+        options = (yaml.safe_load(text) or {}).get("options") or {}
         return {name: str((spec or {}).get("type", "str")) for name, spec in options.items()}
