@@ -107,6 +107,36 @@ class Ansible:
         env.update(extra)
         return env
 
+    def command(
+        self,
+        playbook: Path | str,
+        *args: str,
+        inventory: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        skip_chain: bool = True,
+    ) -> tuple[list[str], dict[str, str]]:
+        """The ansible-playbook command line and environment; skip_chain adds `--skip-tags` for the chain's tags."""
+        argv = ["ansible-playbook", str(playbook)]
+        if inventory is not None:
+            argv += ["-i", str(inventory)]
+        if skip_chain:
+            argv += ["--skip-tags", CHAIN_TAGS]
+        return [*argv, *args], self.env(**(env or {}))
+
+    def run(self, argv: list[str], env: Mapping[str, str], timeout: int = 300) -> PlaybookRun:
+        """Run a command from command() in the test's folder and wait for it."""
+        completed = subprocess.run(
+            argv, capture_output=True, text=True, env=dict(env), timeout=timeout, check=False, cwd=self.workdir
+        )
+        return PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
+
+    def start(self, argv: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen:
+        """Start a command from command() in the test's folder, its output to log (several runs at once)."""
+        with log.open("w") as stream:
+            return subprocess.Popen(
+                argv, stdout=stream, stderr=subprocess.STDOUT, text=True, env=dict(env), cwd=self.workdir
+            )
+
     def playbook(
         self,
         playbook: Path | str,
@@ -116,23 +146,9 @@ class Ansible:
         skip_chain: bool = True,
         timeout: int = 300,
     ) -> PlaybookRun:
-        """Run ansible-playbook in the test's folder; skip_chain adds `--skip-tags` for the role chain's tags."""
-        argv = ["ansible-playbook", str(playbook)]
-        if inventory is not None:
-            argv += ["-i", str(inventory)]
-        if skip_chain:
-            argv += ["--skip-tags", CHAIN_TAGS]
-        argv += list(args)
-        completed = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            env=self.env(**(env or {})),
-            timeout=timeout,
-            check=False,
-            cwd=self.workdir,
-        )
-        return PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
+        """Run ansible-playbook in the test's folder and wait for it."""
+        argv, environment = self.command(playbook, *args, inventory=inventory, env=env, skip_chain=skip_chain)
+        return self.run(argv, environment, timeout=timeout)
 
 
 @pytest.fixture
