@@ -41,7 +41,11 @@ def checkout(tmp_path: Path) -> Path:
         pytest.skip("needs the development environment (make venv)")
     root = tmp_path / "checkout"
     files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     for name in files:
         source = REPO / name
@@ -69,7 +73,9 @@ def _build(root: Path, certs: Path) -> str:
         EE_EXTRA_CA_CERTS=str(certs),
         EE_BASE_IMAGE="localhost/kubegpu-node-test:bookworm",
     )
-    run = subprocess.run([str(root / "tools" / "build-ee.sh")], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [str(root / "tools" / "build-ee.sh")], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert run.returncode == 0, run.stderr
     return run.stdout.strip().splitlines()[-1]
 
