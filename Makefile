@@ -58,7 +58,10 @@ lint: venv link ## yamllint, ansible-lint (production profile), ruff, argument s
 	ruff format --check .
 	$(BIN)/python $(ROOT)/tools/check_argument_specs.py
 	$(BIN)/python $(ROOT)/tools/check_conditions.py
-	ansible-lint --profile production --strict
+	@# ansible-lint installs the collection it lints into its cache's collections folder, ~/.ansible on a shared machine
+	@# (it shadowed every other checkout): with ANSIBLE_HOME here, that folder is .tmp/collections, where the link of
+	@# `make link` is this checkout and nothing is installed. Its schemas are the pinned release's (no download).
+	ANSIBLE_HOME=$(TMP) ANSIBLE_LINT_SKIP_SCHEMA_UPDATE=1 ansible-lint --profile production --strict
 
 sanity: venv ## ansible-test sanity from a temporary ansible_collections/kubegpu/node copy
 	@$(ROOT)/tools/sanity.sh
@@ -71,6 +74,11 @@ molecule: venv link images ## Every molecule scenario (check, converge, idempote
 
 build: venv ## Build the Galaxy tarball, install it into a temporary path and use it by FQCN
 	@$(ROOT)/tools/check-build.sh
+
+# CI reaches no registry: the execution environment is built from the local Debian 12 image (`make images`), not from
+# the definition's public base image.
+EE_BASE_IMAGE ?= localhost/kubegpu-node-test:bookworm
+export EE_BASE_IMAGE
 
 ee: venv images ## The execution environment image (ansible-builder; rebuilt only when its inputs change)
 	@$(ROOT)/tools/build-ee.sh

@@ -7,6 +7,8 @@
 #   EE_EXTRA_CA_CERTS  a folder (its *.crt files) or one PEM file of CA certificates the build must trust, for a
 #                      TLS-intercepting proxy between the build and PyPI. Default: /usr/local/share/ca-certificates,
 #                      where a Debian machine keeps the local certificates update-ca-certificates adds. "" for none.
+#   EE_BASE_IMAGE      the base image to build from instead of the definition's images.base_image.name (this
+#                      collection's CI, which reaches no registry, builds from its local Debian 12 test image).
 #   EE_IMAGE           the image's repository name (default kubegpu-ee); the tag is the inputs' hash.
 #   EE_TAG             an extra tag to put on the result (for example kubegpu-ee:latest), cached or not.
 #   EE_NO_CACHE=1      build even when the image exists, and without podman's layer cache (a cold build).
@@ -20,9 +22,26 @@ extra_ca=${EE_EXTRA_CA_CERTS-/usr/local/share/ca-certificates}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$root/tools/containers.conf}
 cd "$root"
 
+# The images this checkout built (one a line): the only ones it removes when a newer build replaces them. Another
+# checkout on the same machine builds the same repository name, and keeps its own record.
+record="$work/built-images"
+
 rm -rf "$definition"
 mkdir -p "$definition/collections" "$definition/extra-ca-certs"
 cp execution-environment/execution-environment.yml "$definition/"
+if [ -n "${EE_BASE_IMAGE:-}" ]; then
+  "$root/.venv/bin/python" - "$definition/execution-environment.yml" "$EE_BASE_IMAGE" <<'PY'
+import sys
+from pathlib import Path
+
+import yaml
+
+path = Path(sys.argv[1])
+definition = yaml.safe_load(path.read_text())
+definition["images"]["base_image"]["name"] = sys.argv[2]
+path.write_text(yaml.safe_dump(definition, sort_keys=False))
+PY
+fi
 
 ansible-galaxy collection build --force --output-path "$definition/collections" "$root" >/dev/null
 collection=$(ls "$definition"/collections/kubegpu-node-*.tar.gz)
@@ -75,9 +94,16 @@ else
     exit 1
   fi
   echo "execution environment $image: built in $(( $(date +%s) - start ))s" >&2
-  # Earlier builds of this checkout are outdated now; each holds a few hundred MB of its own.
-  podman images --format '{{.Repository}}:{{.Tag}}' | grep -x "localhost/$image_name:[0-9a-f]\{16\}" \
-    | grep -vx "$image" | xargs -r podman rmi >/dev/null 2>&1 || true
+  # This checkout's earlier builds are outdated now (each holds a few hundred MB): remove those it recorded, and no
+  # other image. One still in use by a container stays (podman refuses), and stays recorded.
+  kept=()
+  if [ -f "$record" ]; then
+    while IFS= read -r old; do
+      if [ -z "$old" ] || [ "$old" = "$image" ]; then continue; fi
+      if podman image exists "$old" && ! podman rmi "$old" >/dev/null 2>&1; then kept+=("$old"); fi
+    done <"$record"
+  fi
+  printf '%s\n' "${kept[@]}" "$image" | grep -v '^$' >"$record.new" && mv "$record.new" "$record"
 fi
 if [ -n "${EE_TAG:-}" ]; then podman tag "$image" "$EE_TAG"; fi
 echo "$image"

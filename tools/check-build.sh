@@ -43,9 +43,16 @@ if missing:
     sys.exit(f"declared dependencies not installed with the collection: {', '.join(missing)}")
 PY
 cd "$work"
-# Every role, by its fully qualified name: its documentation, and a play that applies it.
+# Every public role, by its fully qualified name: its documentation, and a play that applies it. Internal roles
+# (roles/_*, the node layer the others import) have neither, and must be in the tarball.
 roles=()
-for dir in "$root"/roles/*/; do roles+=("$(basename "$dir")"); done
+for dir in "$root"/roles/*/; do
+  role=$(basename "$dir")
+  case "$role" in
+    _*) grep -qx "roles/$role/tasks/.*\.yml" "$work/contents" || { echo "the internal role $role is missing" >&2; exit 1; } ;;
+    *) roles+=("$role") ;;
+  esac
+done
 for role in "${roles[@]}"; do
   ansible-doc -t role "kubegpu.node.$role" >/dev/null
   printf -- '- name: Apply %s\n  hosts: all\n  roles:\n    - kubegpu.node.%s\n' "$role" "$role" >"$work/role-$role.yml"

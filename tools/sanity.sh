@@ -2,8 +2,10 @@
 # ansible-test sanity needs the collection at ansible_collections/<namespace>/<name>: run it from a fresh copy of the
 # files git knows about (tracked, plus new files not ignored), so caches and virtual environments stay out.
 # --venv builds each test's requirements into ansible-test's own virtual environments (from PyPI); no ignore files.
+# SANITY_VENV=/path/to/venv runs another ansible-core's ansible-test (the oldest one meta/runtime.yml claims, say).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${SANITY_VENV:-$root/.venv}
 python_version=${SANITY_PYTHON:-$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -23,7 +25,7 @@ if ls "$dest"/tests/sanity/ignore-*.txt >/dev/null 2>&1; then
   exit 1
 fi
 # ansible-test bootstraps pip in its venvs with a script from a host CI cannot reach: give it a local one instead.
-pip_version=$("$root/.venv/bin/python" -c '
+pip_version=$("$venv/bin/python" -c '
 from ansible_test._internal.python_requirements import get_venv_packages
 class Python:
     version = "'"$python_version"'"
@@ -33,4 +35,4 @@ mkdir -p "$(dirname "$cache")"
 cp "$root/tools/ansible-test-get-pip.py" "$cache"
 cd "$dest"
 export ANSIBLE_COLLECTIONS_PATH="$work"
-"$root/.venv/bin/ansible-test" sanity --venv --python "$python_version" --color no "$@"
+"$venv/bin/ansible-test" sanity --venv --python "$python_version" --color no "$@"

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: kubelet_feature_gates
 short_description: Plan the kubelet's feature gates for its version, wherever this node's kubelet reads them
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Reads the kubelet's version (C(kubelet --version)) and where its systemd unit takes its settings from, as systemd
     and the kubelet read them. The unit file and its drop-ins (C(systemctl show) names them) are read with systemd's

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: service_config
 short_description: Write a service's configuration files, restart it, verify it, and roll everything back on failure
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - The one write-restart-verify-roll-back step of this collection. The roles C(kubegpu.node.container_runtime),
     C(kubegpu.node.kubelet) and C(kubegpu.node.nvidia_container_toolkit) write every configuration file through it.

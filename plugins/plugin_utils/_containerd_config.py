@@ -740,7 +740,7 @@ class Planner:
         )
         if params["cdi"] and not supports_cdi(base):
             raise ConfigError(
-                "container_runtime_cdi_enabled is true, but this containerd has no CDI support (containerd 1.7 or "
+                "container_runtime_cdi is true, but this containerd has no CDI support (containerd 1.7 or "
                 "later has it; this one does not know enable_cdi). Upgrade containerd or turn CDI off."
             )
 

@@ -11,24 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
 from kubesim import SimCluster, SimNode
 from kubesim.resources import resource_for
 
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
-
 
 def _site(
-    tmp_path: Path,
+    ansible,
     hosts: dict,
     kubeconfig: str,
     tags: str = "device_plugin",
@@ -38,39 +30,16 @@ def _site(
     extra_args: tuple[str, ...] = (),
     inventory_name: str = "inventory.yml",
 ) -> tuple[list[str], dict[str, str]]:
-    """The ansible-playbook command line and environment of one site.yml run over ``hosts``."""
-    inventory = {
-        "all": {
-            "children": {"gpu_nodes": {"hosts": hosts}},
-            "vars": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-                # The play asks for become; these hosts are this machine, already root or not, without sudo.
-                "ansible_become": False,
-                "kubegpu_device_plugin_wait_timeout": 30,
-                "kubegpu_validation_timeout": 30,
-                # Twice safe: the role chain must never run on this machine.
-                "kubegpu_nvidia_driver": False,
-                "kubegpu_nvidia_container_toolkit": False,
-                "kubegpu_container_runtime": False,
-                "kubegpu_kubelet": False,
-                **(extra_vars or {}),
-            },
-        }
-    }
-    (tmp_path / inventory_name).write_text(yaml.safe_dump(inventory))
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections"),
-        ANSIBLE_NOCOLOR="true",
-        ANSIBLE_STDOUT_CALLBACK="default",
-        **(env_extra or {}),
+    """The ansible-playbook command line and environment of one site.yml run over ``hosts`` (the harness's)."""
+    inventory = ansible.inventory(
+        hosts,
+        name=inventory_name,
+        kubegpu_device_plugin_wait_timeout=30,
+        kubegpu_validation_timeout=30,
+        **(extra_vars or {}),
     )
-    argv = [
-        "ansible-playbook",
-        str(REPO / "playbooks" / "site.yml"),
-        "-i",
-        str(tmp_path / inventory_name),
+    return ansible.command(
+        ansible.site,
         "--tags",
         tags,
         "--skip-tags",
@@ -78,13 +47,15 @@ def _site(
         "-e",
         f"kubegpu_kubeconfig={kubeconfig}",
         *extra_args,
-    ]
-    return argv, env
+        inventory=inventory,
+        env=env_extra,
+        skip_chain=False,
+    )
 
 
-def _run_site(tmp_path: Path, hosts: dict, kubeconfig: str, **options: Any) -> subprocess.CompletedProcess:
-    argv, env = _site(tmp_path, hosts, kubeconfig, **options)
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False, cwd=tmp_path)
+def _run_site(ansible, hosts: dict, kubeconfig: str, **options: Any):
+    argv, env = _site(ansible, hosts, kubeconfig, **options)
+    return ansible.run(argv, env)
 
 
 def _pci_gpus_here() -> int:
@@ -100,7 +71,7 @@ def _pci_gpus_here() -> int:
     return count
 
 
-def test_site_waits_for_each_nodes_count_and_reports_it(tmp_path):
+def test_site_waits_for_each_nodes_count_and_reports_it(ansible, tmp_path):
     detected = _pci_gpus_here()
     nodes = [SimNode("gpu-a", gpus=8), SimNode("gpu-b", gpus=4), SimNode("this-host", gpus=detected)]
     with SimCluster(nodes=nodes, capacity_delay=0.2) as cluster:
@@ -116,7 +87,7 @@ def test_site_waits_for_each_nodes_count_and_reports_it(tmp_path):
         hosts["gpu-a"]["kubegpu_validate"] = False
         hosts["gpu-b.example.internal"]["kubegpu_validate"] = False
         hosts["this-host"]["kubegpu_validate"] = False
-        completed = _run_site(tmp_path, hosts, kubeconfig)
+        completed = _run_site(ansible, hosts, kubeconfig)
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         node_a = cluster.get_object("Node", "gpu-a")
@@ -132,19 +103,19 @@ def test_site_waits_for_each_nodes_count_and_reports_it(tmp_path):
         # (The PCI count is tagged validate too: without it this host would be expected to report GPUs.)
         hosts["this-host"]["kubegpu_gpu_count"] = detected
         skipped = _run_site(
-            tmp_path,
+            ansible,
             hosts,
             kubeconfig,
             skip_tags="nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet,validate",
         )
         assert skipped.returncode == 0, skipped.stdout
-        assert "Validating" not in skipped.stdout and "changed=0" in skipped.stdout
+        assert "Validating" not in skipped.stdout and skipped.unchanged(hosts) == [], skipped.stdout
 
 
-def test_site_refuses_a_gpu_count_that_is_not_a_number(tmp_path):
+def test_site_refuses_a_gpu_count_that_is_not_a_number(ansible, tmp_path):
     with SimCluster(nodes=[SimNode("gpu-a", gpus=8)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        completed = _run_site(tmp_path, {"gpu-a": {"kubegpu_gpu_count": "eight"}}, kubeconfig)
+        completed = _run_site(ansible, {"gpu-a": {"kubegpu_gpu_count": "eight"}}, kubeconfig)
         daemonset = cluster.get_object("DaemonSet", "nvidia-device-plugin-daemonset", "kube-system")
     output = completed.stdout + completed.stderr
     assert completed.returncode != 0, output
@@ -248,14 +219,14 @@ def _left_in_namespace(cluster: SimCluster) -> list[str]:
     ]
 
 
-def test_site_labels_nodes_and_validates_them_then_a_second_run_starts_no_pod(tmp_path):
+def test_site_labels_nodes_and_validates_them_then_a_second_run_starts_no_pod(ansible, tmp_path):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         # Check mode first: the node checks read, nothing reaches the cluster, no node fails for the GPUs that the
         # device plugin (not applied) does not report yet.
         checked = _run_site(
-            tmp_path,
+            ansible,
             _gpu_hosts(standins),
             kubeconfig,
             tags="all",
@@ -266,7 +237,7 @@ def test_site_labels_nodes_and_validates_them_then_a_second_run_starts_no_pod(tm
         assert "not run (check mode)" in _table(checked.stdout)["gpu-a"], checked.stdout
         assert cluster.creations("pods") == [] and cluster.get_object("Namespace", "kubegpu-validation") is None
         completed = _run_site(
-            tmp_path, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]}
+            ansible, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]}
         )
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
@@ -301,24 +272,24 @@ def test_site_labels_nodes_and_validates_them_then_a_second_run_starts_no_pod(tm
 
         # A second run changes nothing and starts no pod: both nodes passed with the driver and toolkit they run.
         before = len(cluster.creations("pods"))
-        again = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]})
+        again = _run_site(ansible, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]})
         assert again.returncode == 0, again.stdout
-        assert "changed=0" in again.stdout and "changed=1" not in again.stdout, again.stdout
+        assert again.unchanged(["gpu-a", "gpu-b"]) == [], again.stdout
         assert cluster.creations("pods")[before:] == []
         assert "Validating 0 of 2 nodes" in again.stdout
         assert "gpu-a: not validated: validated with driver 550.163.01" in again.stdout
 
 
-def test_a_changed_run_validates_only_the_node_whose_driver_changed(tmp_path):
+def test_a_changed_run_validates_only_the_node_whose_driver_changed(ansible, tmp_path):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        first = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]})
+        first = _run_site(ansible, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]})
         assert first.returncode == 0, first.stdout
         record_a = _record(cluster, "gpu-a")
         before = len(cluster.creations("pods"))
         _set_driver(standins, "gpu-b", "580.95.05")
-        second = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]})
+        second = _run_site(ansible, _gpu_hosts(standins), kubeconfig, tags="all", env_extra={"PATH": standins["PATH"]})
         output = second.stdout + second.stderr
         assert second.returncode == 0, output
         created = _validation_pods(cluster, before)
@@ -331,7 +302,7 @@ def test_a_changed_run_validates_only_the_node_whose_driver_changed(tmp_path):
         # kubegpu_validate as AWX and -e pass it, a string: "true" still means every node (deprecated), "all" too.
         before = len(cluster.creations("pods"))
         forced = _run_site(
-            tmp_path,
+            ansible,
             _gpu_hosts(standins),
             kubeconfig,
             env_extra={"PATH": standins["PATH"]},
@@ -343,13 +314,13 @@ def test_a_changed_run_validates_only_the_node_whose_driver_changed(tmp_path):
         created = _validation_pods(cluster, before)
         assert _pods_for(created, "gpu-a") and _pods_for(created, "gpu-b")
         # Validating again with the same versions rewrites no record.
-        assert "changed=0" in forced.stdout, forced.stdout
+        assert forced.unchanged(["gpu-a", "gpu-b"]) == [], forced.stdout
 
-        refused = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, extra_args=("-e", "kubegpu_validate=sometimes"))
+        refused = _run_site(ansible, _gpu_hosts(standins), kubeconfig, extra_args=("-e", "kubegpu_validate=sometimes"))
         assert refused.returncode != 0
         assert "kubegpu_validate must be all, changed or none" in " ".join(refused.stdout.split()), refused.stdout
         refused = _run_site(
-            tmp_path, _gpu_hosts(standins), kubeconfig, extra_args=("-e", "kubegpu_validation_namespace=default")
+            ansible, _gpu_hosts(standins), kubeconfig, extra_args=("-e", "kubegpu_validation_namespace=default")
         )
         assert refused.returncode != 0
         assert "kubegpu_validation_namespace is default: the validation needs a namespace of its own" in " ".join(
@@ -381,19 +352,19 @@ def _running(cluster: SimCluster, name: str) -> dict | None:
     return pod if pod and pod["status"].get("phase") == "Running" else None
 
 
-def test_a_busy_node_is_skipped_its_idle_neighbour_passes_and_the_workload_is_untouched(tmp_path):
+def test_a_busy_node_is_skipped_its_idle_neighbour_passes_and_the_workload_is_untouched(ansible, tmp_path):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         # The device plugin first (no validation), so that the workload can take gpu-b's four GPUs.
-        ready = _run_site(tmp_path, _gpu_hosts(standins, kubegpu_validate="none"), kubeconfig)
+        ready = _run_site(ansible, _gpu_hosts(standins, kubegpu_validate="none"), kubeconfig)
         assert ready.returncode == 0, ready.stdout
         cluster.create_object(_workload("train-0", "gpu-b", 4))
         assert cluster.wait_for(lambda: _running(cluster, "train-0"))
         uid = cluster.get_object("Pod", "train-0", "default")["metadata"]["uid"]
         before = len(cluster.creations("pods"))
 
-        completed = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, env_extra={"PATH": standins["PATH"]})
+        completed = _run_site(ansible, _gpu_hosts(standins), kubeconfig, env_extra={"PATH": standins["PATH"]})
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         table = _table(output)
@@ -408,11 +379,13 @@ def test_a_busy_node_is_skipped_its_idle_neighbour_passes_and_the_workload_is_un
         assert _record(cluster, "gpu-a") is not None and _record(cluster, "gpu-b") is None
 
 
-def test_a_partly_busy_node_is_checked_with_its_free_gpus_and_never_preempts_even_lower_priority_work(tmp_path):
+def test_a_partly_busy_node_is_checked_with_its_free_gpus_and_never_preempts_even_lower_priority_work(
+    ansible, tmp_path
+):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        ready = _run_site(tmp_path, _gpu_hosts(standins, kubegpu_validate="none"), kubeconfig)
+        ready = _run_site(ansible, _gpu_hosts(standins, kubegpu_validate="none"), kubeconfig)
         assert ready.returncode == 0, ready.stdout
         # A batch class below even the validation's: only preemptionPolicy Never keeps the surplus pod from evicting it.
         cluster.create_object(
@@ -427,7 +400,7 @@ def test_a_partly_busy_node_is_checked_with_its_free_gpus_and_never_preempts_eve
         assert cluster.wait_for(lambda: _running(cluster, "scavenger-0"))
         uid = cluster.get_object("Pod", "scavenger-0", "default")["metadata"]["uid"]
 
-        completed = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, env_extra={"PATH": standins["PATH"]})
+        completed = _run_site(ansible, _gpu_hosts(standins), kubeconfig, env_extra={"PATH": standins["PATH"]})
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         row = _table(output)["gpu-b"]
@@ -437,10 +410,9 @@ def test_a_partly_busy_node_is_checked_with_its_free_gpus_and_never_preempts_eve
         assert cluster.preemptions() == []
 
 
-def _spawn(tmp_path: Path, hosts: dict, kubeconfig: str, name: str, **options: Any) -> subprocess.Popen:
-    argv, env = _site(tmp_path, hosts, kubeconfig, inventory_name=f"{name}.yml", **options)
-    log = (tmp_path / f"{name}.log").open("w")
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+def _spawn(ansible, hosts: dict, kubeconfig: str, name: str, **options: Any) -> subprocess.Popen:
+    argv, env = _site(ansible, hosts, kubeconfig, inventory_name=f"{name}.yml", **options)
+    return ansible.start(argv, env, ansible.workdir / f"{name}.log")
 
 
 def _finish(tmp_path: Path, process: subprocess.Popen, name: str) -> tuple[int, str]:
@@ -448,13 +420,13 @@ def _finish(tmp_path: Path, process: subprocess.Popen, name: str) -> tuple[int, 
     return code, (tmp_path / f"{name}.log").read_text()
 
 
-def test_two_runs_at_once_on_two_node_pools_both_pass_and_keep_to_their_own_pods(tmp_path):
+def test_two_runs_at_once_on_two_node_pools_both_pass_and_keep_to_their_own_pods(ansible, tmp_path):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         env = {"PATH": standins["PATH"]}
         runs = {
-            name: _spawn(tmp_path, _gpu_hosts(standins, (host,)), kubeconfig, name, env_extra=env)
+            name: _spawn(ansible, _gpu_hosts(standins, (host,)), kubeconfig, name, env_extra=env)
             for name, host in (("pool-a", "gpu-a"), ("pool-b", "gpu-b"))
         }
         results = {name: _finish(tmp_path, process, name) for name, process in runs.items()}
@@ -472,7 +444,7 @@ def test_two_runs_at_once_on_two_node_pools_both_pass_and_keep_to_their_own_pods
         assert "ok: surplus pod Pending" in _table(results["pool-b"][1])["gpu-b"]
 
 
-def test_two_awx_job_slices_at_once_each_validate_their_own_hosts(tmp_path):
+def test_two_awx_job_slices_at_once_each_validate_their_own_hosts(ansible, tmp_path):
     # AWX job slicing runs the same job template on disjoint slices of the inventory at once, one job each (so one
     # awx_job_id each); here, one inventory and --limit per slice.
     standins = _standins(tmp_path)
@@ -482,7 +454,7 @@ def test_two_awx_job_slices_at_once_each_validate_their_own_hosts(tmp_path):
         env = {"PATH": standins["PATH"]}
         runs = {
             f"slice-{job}": _spawn(
-                tmp_path,
+                ansible,
                 hosts,
                 kubeconfig,
                 f"slice-{job}",
@@ -506,12 +478,12 @@ def test_two_awx_job_slices_at_once_each_validate_their_own_hosts(tmp_path):
         assert _left_in_namespace(cluster) == []
 
 
-def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(tmp_path):
+def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(ansible, tmp_path):
     standins = _standins(tmp_path)
     gfd = {"nvidia.com/gfd.timestamp": "1700000000", "nvidia.com/gpu.product": "Tesla-T4"}
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4, labels=gfd)]) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        completed = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, tags="labels")
+        completed = _run_site(ansible, _gpu_hosts(standins), kubeconfig, tags="labels")
         assert completed.returncode == 0, completed.stdout
         assert (
             cluster.get_object("Node", "gpu-a")["metadata"]["labels"]["nvidia.com/gpu.product"]
@@ -521,7 +493,7 @@ def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(
         assert "GPU feature discovery labels it" in completed.stdout
 
         static = _run_site(
-            tmp_path,
+            ansible,
             _gpu_hosts(standins),
             kubeconfig,
             tags="labels",
@@ -534,17 +506,17 @@ def test_labels_auto_leaves_gpu_feature_discovery_nodes_alone_static_takes_over(
         )
 
 
-def test_validation_failure_names_the_nodes_removes_their_records_and_its_pods(tmp_path):
+def test_validation_failure_names_the_nodes_removes_their_records_and_its_pods(ansible, tmp_path):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        passed = _run_site(tmp_path, _gpu_hosts(standins), kubeconfig, env_extra={"PATH": standins["PATH"]})
+        passed = _run_site(ansible, _gpu_hosts(standins), kubeconfig, env_extra={"PATH": standins["PATH"]})
         assert passed.returncode == 0, passed.stdout
         assert _record(cluster, "gpu-a") is not None
         (tmp_path / "broken").mkdir()
         broken = _standins(tmp_path / "broken", smi_exit=9)
         completed = _run_site(
-            tmp_path,
+            ansible,
             _gpu_hosts(standins),
             kubeconfig,
             env_extra={"PATH": broken["PATH"]},
@@ -560,7 +532,7 @@ def test_validation_failure_names_the_nodes_removes_their_records_and_its_pods(t
         assert _record(cluster, "gpu-a") is None and _record(cluster, "gpu-b") is None
 
 
-def test_an_api_refusal_is_reported_with_the_servers_message(tmp_path):
+def test_an_api_refusal_is_reported_with_the_servers_message(ansible, tmp_path):
     standins = _standins(tmp_path)
     with SimCluster(nodes=[SimNode("gpu-a", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
@@ -570,7 +542,7 @@ def test_an_api_refusal_is_reported_with_the_servers_message(tmp_path):
         }
         cluster.api.apply(resource_for("namespace"), None, "kubegpu-validation", namespace, "platform-team", False)
         completed = _run_site(
-            tmp_path, _gpu_hosts(standins, ("gpu-a",)), kubeconfig, env_extra={"PATH": standins["PATH"]}
+            ansible, _gpu_hosts(standins, ("gpu-a",)), kubeconfig, env_extra={"PATH": standins["PATH"]}
         )
         output = completed.stdout + completed.stderr
         assert completed.returncode != 0, output

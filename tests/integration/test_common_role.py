@@ -1,0 +1,194 @@
+"""roles/_common, the node layer every role imports first: tested once here, not per role.
+
+A throwaway collection `kubegpu.node` in the test's folder holds the real roles/_common (a link) beside a role `probe`
+that imports it as the collection's roles do, with OS variable files the test chooses. The host is this machine
+(local connection); its Python and facts are real, and a stand-in interpreter plays an old or missing Python.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROBE_TASKS = """\
+---
+- name: Check the node's Python and load the variables of its system
+  ansible.builtin.import_role:
+    name: kubegpu.node._common
+    tasks_from: node
+
+- name: Write what the chain loaded
+  ansible.builtin.copy:
+    content: "{{ {'level': __probe_level, 'shared': __probe_shared, 'flag': probe_flag | bool,
+                  'gates': probe_gates} | to_json }}"
+    dest: "{{ probe_out }}"
+    mode: "0600"
+"""
+
+
+def _collection(ansible, os_files: dict[str, dict]) -> Path:
+    root = ansible.workdir / "collections"
+    node = root / "ansible_collections" / "kubegpu" / "node"
+    (node / "roles").mkdir(parents=True)
+    (node / "galaxy.yml").write_text(
+        "namespace: kubegpu\nname: node\nversion: 0.0.1\nreadme: README.md\nauthors: [t]\n"
+    )
+    (node / "roles" / "_common").symlink_to(ansible.repo / "roles" / "_common")
+    probe = node / "roles" / "probe"
+    (probe / "tasks").mkdir(parents=True)
+    (probe / "tasks" / "main.yml").write_text(PROBE_TASKS)
+    (probe / "defaults").mkdir()
+    (probe / "defaults" / "main.yml").write_text("probe_flag: false\nprobe_gates: {}\n")
+    (probe / "vars").mkdir()
+    (probe / "vars" / "main.yml").write_text(yaml.safe_dump({"__probe_renamed": RENAMED}))
+    if os_files:
+        (probe / "vars" / "os").mkdir()
+        for name, variables in os_files.items():
+            (probe / "vars" / "os" / name).write_text(yaml.safe_dump(variables))
+    return root
+
+
+def _run(ansible, os_files: dict[str, dict], **host: object):
+    collections = _collection(ansible, os_files)
+    playbook = ansible.workdir / "probe.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Probe",
+                    "hosts": "gpu_nodes",
+                    "gather_facts": False,
+                    "tasks": [
+                        {"name": "The probe role", "ansible.builtin.include_role": {"name": "kubegpu.node.probe"}}
+                    ],
+                }
+            ]
+        )
+    )
+    inventory = ansible.inventory({"node-a": dict(host)}, probe_out=str(ansible.workdir / "out.json"))
+    return ansible.playbook(
+        playbook, inventory=inventory, env={"ANSIBLE_COLLECTIONS_PATH": str(collections)}, skip_chain=False
+    )
+
+
+def _this_system() -> tuple[str, str]:
+    """This machine's distribution and major version, as setup names them (Debian, 12)."""
+    release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    return release["ID"].strip('"').capitalize(), release.get("VERSION_ID", "").strip('"').split(".")[0]
+
+
+RENAMED = [
+    {"old": "probe_old_flag", "new": "probe_flag", "type": "bool", "removed_in": "9.0.0"},
+    {"old": "probe_old_gates", "new": "probe_gates", "type": "dict", "removed_in": "9.0.0"},
+]
+SHARED = {"__probe_shared": "from default.yml", "__probe_level": "default", "__probe_os_tested": True}
+
+
+@pytest.mark.parametrize(
+    ("levels", "expected"),
+    [(("major", "distribution"), "major"), (("distribution",), "distribution"), ((), "default")],
+)
+def test_the_most_specific_os_file_wins_over_default(ansible, levels, expected):
+    distribution, major = _this_system()
+    names = {"major": f"{distribution}-{major}.yml", "distribution": f"{distribution}.yml"}
+    os_files = {"default.yml": SHARED}
+    for level in levels:
+        os_files[names[level]] = {"__probe_level": level}
+    run = _run(ansible, os_files)
+    assert run.returncode == 0, run.output
+    loaded = json.loads((ansible.workdir / "out.json").read_text())
+    # Only the first file found is loaded over default.yml; what it does not set comes from default.yml.
+    assert loaded == {"level": expected, "shared": "from default.yml", "flag": False, "gates": {}}
+    assert "is not among the systems" not in run.output
+
+
+def test_an_untested_system_is_noted(ansible):
+    run = _run(ansible, {"default.yml": {**SHARED, "__probe_os_tested": False}})
+    assert run.returncode == 0, run.output
+    assert "is not among the systems this collection's CI runs kubegpu.node.probe on" in run.output
+
+
+def _interpreter(ansible, script: str) -> str:
+    path = ansible.workdir / "python-standin"
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(script))
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_python_older_than_3_8_is_refused_before_any_module_runs(ansible):
+    old = _interpreter(ansible, 'echo "2.7 /usr/bin/python2.7"\n')
+    run = _run(ansible, {"default.yml": SHARED}, ansible_python_interpreter=old)
+    assert run.returncode != 0, run.output
+    assert "node-a has no Python 3.8 or later (it has Python 2.7 /usr/bin/python2.7)" in run.output, run.output
+    assert "point ansible_python_interpreter at it. Nothing was changed." in run.output
+    assert not (ansible.workdir / "out.json").exists()
+
+
+def test_a_missing_python_is_refused_with_the_shells_error(ansible):
+    run = _run(ansible, {"default.yml": SHARED}, ansible_python_interpreter=str(ansible.workdir / "no-such-python"))
+    assert run.returncode != 0, run.output
+    assert "node-a has no Python 3.8 or later (python3 did not run:" in run.output, run.output
+    assert "no-such-python" in run.output
+
+
+def test_a_role_without_os_files_gets_the_python_check_and_the_facts(ansible):
+    playbook_vars = {"__probe_level": "none", "__probe_shared": "none"}
+    run = _run(ansible, {}, **playbook_vars)
+    assert run.returncode == 0, run.output
+    loaded = json.loads((ansible.workdir / "out.json").read_text())
+    assert (loaded["level"], loaded["shared"]) == ("none", "none")
+
+
+def test_it_refuses_to_run_on_its_own(ansible):
+    playbook = ansible.workdir / "alone.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "The node layer alone",
+                    "hosts": "gpu_nodes",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Include it",
+                            "ansible.builtin.include_role": {"name": "kubegpu.node._common", "tasks_from": "node"},
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    run = ansible.playbook(playbook, inventory=ansible.inventory({"node-a": {}}), skip_chain=False)
+    assert run.returncode != 0, run.output
+    assert "kubegpu.node._common is internal" in run.output
+    assert "Find the node's Python version" not in run.output
+
+
+def test_an_old_name_with_the_new_ones_type_is_used_with_a_warning(ansible):
+    # As -e or AWX give it: the string "true".
+    run = _run(ansible, {"default.yml": SHARED}, probe_old_flag="true", probe_old_gates={"DevicePlugins": True})
+    assert run.returncode == 0, run.output
+    loaded = json.loads((ansible.workdir / "out.json").read_text())
+    assert (loaded["flag"], loaded["gates"]) == (True, {"DevicePlugins": True})
+    assert (
+        "DEPRECATED: probe_old_flag is the old name of probe_flag (kubegpu.node.probe), removed in 9.0.0" in run.output
+    )
+
+
+def test_an_old_name_set_to_another_tools_shape_is_left_alone(ansible):
+    # kubespray's kubelet_feature_gates is a list of "Name=true" strings; the role's was a dict.
+    run = _run(ansible, {"default.yml": SHARED}, probe_old_gates=["DevicePlugins=true"])
+    assert run.returncode == 0, run.output
+    assert json.loads((ansible.workdir / "out.json").read_text())["gates"] == {}
+    assert "probe_old_gates is set to a list, not the dict that kubegpu.node.probe read" in run.output
+    assert "DEPRECATED" not in run.output
+
+
+def test_no_old_name_no_message(ansible):
+    run = _run(ansible, {"default.yml": SHARED})
+    assert run.returncode == 0, run.output
+    assert "DEPRECATED" not in run.output and "is left alone" not in run.output
