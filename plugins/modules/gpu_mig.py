@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_mig
 short_description: Apply a MIG layout to a node's GPUs with nvidia-smi, planned on the controller
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Reads the node's GPUs and their MIG state with C(nvidia-smi) (C(--query-gpu) for the model's PCI device ID and
     the current and pending MIG mode, C(mig -lgi), C(mig -lci), C(mig -lgip), and the compute processes), in one round

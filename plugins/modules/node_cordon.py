@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 module: node_cordon
 short_description: Cordon a Kubernetes node with a record of who did it and why; uncordon only such a cordon
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Cordons a node (C(spec.unschedulable)) and writes, in the same request, the annotation C(kubegpu.node/cordon) on
     it. The annotation's value is JSON with who cordoned the node (O(owner)), why (O(reason)), when (UTC), and the
