@@ -621,13 +621,16 @@ def verdict(read: NodeRead, ignore_xids: list[int] | None = None) -> dict[str, A
         state, action = _worst(gpu_findings_all + node_findings)
     if read.kernel_source in ("none", "unreadable"):
         node_findings.append(Finding("info", "none", "kernel log not readable: Xid events were not checked"))
-    reasons = []
+    counted: list[tuple[str, str]] = []
     for gpu in gpus:
         label = f"GPU {gpu['index']}" if gpu["index"] is not None else "GPU"
         for finding in gpu["findings"]:
             if finding["severity"] != "info":
-                reasons.append(f"{label} ({gpu['bus_id']}): {finding['text']} -> {finding['action']}")
-    reasons += [f"node: {f.text} -> {f.action}" for f in node_findings if f.severity != "info"]
+                line = f"{label} ({gpu['bus_id']}): {finding['text']} -> {finding['action']}"
+                counted.append((finding["severity"], line))
+    counted += [(f.severity, f"node: {f.text} -> {f.action}") for f in node_findings if f.severity != "info"]
+    # Failures first, then what is degraded; in GPU order within each.
+    reasons = [line for _severity, line in sorted(counted, key=lambda c: -_rank(SEVERITIES, c[0]))]
     notes = [f.text for f in node_findings if f.severity == "info"]
     bad = [g for g in gpus if g["verdict"] in ("degraded", "failed")]
     return {

@@ -98,7 +98,10 @@ def test_uncorrectable_ecc_since_the_driver_loaded_fails_the_gpu_and_the_node():
     assert (gpus[0]["verdict"], gpus[3]["verdict"]) == ("healthy", "healthy")
     assert (result["verdict"], result["action"]) == ("failed", "reset")
     assert result["unhealthy_gpus"] == ["00000000:0F:00.0", "00000000:47:00.0"]
-    assert result["summary"].startswith("failed (reset): 2 of 4 GPU(s): GPU 1 (00000000:0F:00.0): 1 uncorrectable")
+    assert result["summary"].startswith(
+        "failed (reset): 2 of 4 GPU(s): GPU 2 (00000000:47:00.0): 2 uncorrectable ECC error(s) since the driver"
+    )
+    assert result["reasons"][1].startswith("GPU 1 (00000000:0F:00.0): 1 uncorrectable")
     assert (
         "GPU 2 (00000000:47:00.0): 2 uncorrectable ECC error(s) since the driver loaded (volatile) -> reset"
         in (result["reasons"])
