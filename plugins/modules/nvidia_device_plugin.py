@@ -27,6 +27,8 @@ author:
   - kubegpu.node maintainers (@kubegpu)
 requirements:
   - kubernetes (the Python client, used to load kubeconfig and in-cluster credentials)
+extends_documentation_fragment:
+  - kubegpu.node.kubernetes_auth
 attributes:
   check_mode:
     description: Can run in check mode and return the changed status prediction without modifying the cluster.
@@ -169,49 +171,6 @@ options:
       - Without this option or O(expected_gpus), the wait covers every node where the plugin would be scheduled.
     type: list
     elements: str
-  kubeconfig:
-    description:
-      - Path to a kubeconfig file, or the kubeconfig's content as a mapping.
-      - Without it, and without O(host), the module uses E(KUBECONFIG) or C(~/.kube/config), then the in-cluster
-        service account.
-      - Can be set with E(K8S_AUTH_KUBECONFIG).
-    type: raw
-  context:
-    description: Context of the kubeconfig to use. Can be set with E(K8S_AUTH_CONTEXT).
-    type: str
-  host:
-    description:
-      - URL of the API server, used with O(api_key) or O(client_cert) instead of a kubeconfig.
-      - Can be set with E(K8S_AUTH_HOST).
-    type: str
-  api_key:
-    description: Bearer token for O(host). Can be set with E(K8S_AUTH_API_KEY).
-    type: str
-  validate_certs:
-    description:
-      - Verify the API server's TLS certificate. Turning it off produces a warning.
-      - When not set, the kubeconfig's C(insecure-skip-tls-verify) decides, and certificates are verified otherwise
-        (as in kubernetes.core).
-      - Can be set with E(K8S_AUTH_VERIFY_SSL).
-    type: bool
-    aliases: [verify_ssl]
-  ca_cert:
-    description:
-      - Path to the CA certificate that signed the API server's certificate.
-      - Can be set with E(K8S_AUTH_SSL_CA_CERT).
-    type: path
-    aliases: [ssl_ca_cert]
-  client_cert:
-    description: Path to a client certificate for TLS client authentication. Can be set with E(K8S_AUTH_CERT_FILE).
-    type: path
-    aliases: [cert_file]
-  client_key:
-    description: Path to the key of O(client_cert). Can be set with E(K8S_AUTH_KEY_FILE).
-    type: path
-    aliases: [key_file]
-  proxy:
-    description: URL of an HTTP proxy to reach the API server through. Can be set with E(K8S_AUTH_PROXY).
-    type: str
 notes:
   - The module talks to the API server directly, so it usually runs on the controller (C(delegate_to=localhost),
     C(run_once=true)).

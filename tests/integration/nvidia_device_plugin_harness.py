@@ -18,7 +18,11 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kubegpu.node.plugins.modules import nvidia_device_plugin
 
 
-def run_module(args: dict[str, Any], check_mode: bool = False, diff: bool = False) -> dict[str, Any]:
+def run_module(
+    args: dict[str, Any], check_mode: bool = False, diff: bool = False, module: Any = None
+) -> dict[str, Any]:
+    """Run a module of this collection (kubegpu.node.nvidia_device_plugin unless ``module`` names another's Python
+    module) and return its result."""
     module_args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
     output = io.StringIO()
     # Importing any controller code (a filter plugin's tests, say) flips ansible-core into controller mode, where
@@ -28,7 +32,7 @@ def run_module(args: dict[str, Any], check_mode: bool = False, diff: bool = Fals
         stack.enter_context(patch_module_args(module_args))
         stack.enter_context(contextlib.redirect_stdout(output))
         stack.enter_context(contextlib.suppress(SystemExit))
-        nvidia_device_plugin.main()
+        (module or nvidia_device_plugin).main()
     text = output.getvalue()
     try:
         return json.loads(text)
