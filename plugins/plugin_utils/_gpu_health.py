@@ -637,6 +637,7 @@ def verdict(read: NodeRead, ignore_xids: list[int] | None = None) -> dict[str, A
         "schema": SCHEMA,
         "verdict": state,
         "action": action,
+        "brief": brief(state, action, bad),
         "summary": summary(state, action, gpus, reasons, notes),
         "reasons": reasons,
         "notes": notes,
@@ -667,6 +668,14 @@ def _xid_summary(xids: list[XidEvent]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def brief(state: str, action: str, bad: list[dict[str, Any]]) -> str:
+    """A few words for a table cell: "healthy", "failed (reset): GPU 2", "unknown"."""
+    if state not in ("degraded", "failed"):
+        return state
+    names = [f"GPU {g['index']}" if g["index"] is not None else f"GPU {g['bus_id']}" for g in bad]
+    return f"{state} ({action})" + (": " + ", ".join(names) if names else "")
 
 
 def summary(state: str, action: str, gpus: list[dict[str, Any]], reasons: list[str], notes: list[str]) -> str:

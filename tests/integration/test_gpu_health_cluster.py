@@ -268,3 +268,26 @@ def test_the_verdict_passed_is_not_modified(cluster):
     verdict = copy.deepcopy(FAILED)
     marks(cluster, "gpu-1", verdict)
     assert verdict == FAILED
+
+
+# ----- the capacity wait names a known unhealthy GPU ---------------------------------------------------------------
+
+
+def test_the_capacity_wait_diagnosis_names_the_known_unhealthy_gpu(cluster):
+    """kubesim's unhealthy fault stands in for the plugin marking a GPU unhealthy after Xid 48; the GPU health check
+    knew which GPU and why, and the diagnosis says so."""
+    cluster.set_fault("gpu-2", "unhealthy", devices=1, xid=48)
+    result = run_module(
+        dict(
+            auth_args(cluster),
+            expected_gpus={"gpu-1": 8, "gpu-2": 4},
+            wait_timeout=4,
+            tolerations=[{"key": "kubegpu.node/gpu-unhealthy", "operator": "Exists", "effect": "NoSchedule"}],
+            known_unhealthy={"gpu-2": FAILED["summary"]},
+        )
+    )
+    assert result["failed"] is True
+    assert len(result["diagnosis"]) == 1
+    line = result["diagnosis"][0]
+    assert line.startswith("gpu-2: 1 of 4 nvidia.com/gpu unhealthy")
+    assert line.endswith("; GPU health check: " + FAILED["summary"])

@@ -55,6 +55,8 @@ PLUGIN_ARG_SPEC = dict(
     wait_timeout=dict(type="int", default=300),
     expected_gpus=dict(type="dict"),
     nodes=dict(type="list", elements="str"),
+    # GPU health (kubegpu.node.gpu_health): node -> what is known to be wrong with its GPUs, for the diagnosis.
+    known_unhealthy=dict(type="dict", default={}),
 )
 
 ARGUMENT_SPEC = dict(PLUGIN_ARG_SPEC, **AUTH_ARG_SPEC)

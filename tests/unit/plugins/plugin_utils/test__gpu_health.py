@@ -75,6 +75,7 @@ def test_healthy_node_is_healthy_and_an_idle_link_is_only_a_note():
     result = gh.verdict(read_of(xml, pci=pci_for(xml)))
     assert (result["verdict"], result["action"]) == ("healthy", "none")
     assert result["summary"] == "healthy: 8 GPU(s)"
+    assert result["brief"] == "healthy"
     assert result["reasons"] == []
     assert result["gpu_count"] == {"pci": 8, "driver": 8}
     idle = by_index(result)[3]
@@ -98,6 +99,7 @@ def test_uncorrectable_ecc_since_the_driver_loaded_fails_the_gpu_and_the_node():
     assert (gpus[0]["verdict"], gpus[3]["verdict"]) == ("healthy", "healthy")
     assert (result["verdict"], result["action"]) == ("failed", "reset")
     assert result["unhealthy_gpus"] == ["00000000:0F:00.0", "00000000:47:00.0"]
+    assert result["brief"] == "failed (reset): GPU 1, GPU 2"
     assert result["summary"].startswith(
         "failed (reset): 2 of 4 GPU(s): GPU 2 (00000000:47:00.0): 2 uncorrectable ECC error(s) since the driver"
     )
@@ -154,6 +156,7 @@ def test_fallen_off_the_bus_counts_pci_against_the_driver():
     assert "Xid 79: GPU has fallen off the bus" in texts
     assert (result["verdict"], result["action"]) == ("failed", "reboot")
     assert result["unhealthy_gpus"] == ["00000000:47:00.0"]
+    assert result["brief"] == "failed (reboot): GPU 00000000:47:00.0"
     assert [x["xid"] for x in result["xids"]] == [79]
 
 
