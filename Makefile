@@ -79,14 +79,8 @@ awx: venv link images ## site.yml run as AWX runs a job: in the execution enviro
 	@$(ROOT)/tools/timed.sh ee $(ROOT)/tools/build-ee.sh
 	KUBEGPU_AWX_TEST=1 pytest $(ROOT)/tests/awx -q --basetemp=$(TMP)/awx-test
 
-test: setup ## The full test run (what CI runs)
-	@$(ROOT)/tools/timed.sh lint $(MAKE) --no-print-directory lint
-	@$(ROOT)/tools/timed.sh build $(MAKE) --no-print-directory build
-	@$(ROOT)/tools/timed.sh sanity $(MAKE) --no-print-directory sanity
-	@$(ROOT)/tools/timed.sh unit $(MAKE) --no-print-directory unit
-	@$(ROOT)/tools/timed.sh molecule $(MAKE) --no-print-directory molecule
-	@$(ROOT)/tools/timed.sh awx $(MAKE) --no-print-directory awx
-	@$(ROOT)/tools/timed.sh demo $(ROOT)/demo/run.sh
+test: setup ## The full test run (what CI runs): static gates, then molecule beside unit, awx and the demo
+	@$(ROOT)/tools/run-gates.sh
 
 demo: system ## Run playbooks/site.yml against podman containers standing in for GPU nodes
 	@# Only what the demo needs (its nodes run Debian 12), the venv and the image built side by side.

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The gates of `make test`, arranged for a 2-core machine: the quick static gates first (a broken tree fails in a
+# minute), then the molecule scenarios in the background beside the other gates. Molecule's time is mostly spent
+# waiting on apt, dpkg and systemd inside its containers, and its longest scenario (nvidia_driver, a real DKMS build)
+# alone takes longer than unit, awx and the demo together, so running them beside it shortens CI by their length.
+# Nothing they start shares a name: molecule's containers are named after their scenario, the demo's and the AWX
+# test's after themselves.
+# Every gate runs even when another failed; the exit status is non-zero when any failed; each gate's time is printed.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+logs="$root/.tmp/gates"
+mkdir -p "$logs"
+declare -A result
+order=()
+
+gate() { # NAME COMMAND...: run in the foreground, output through
+  local name=$1 start rc; shift
+  order+=("$name")
+  start=$(date +%s)
+  "$@"; rc=$?
+  result[$name]="$rc $(( $(date +%s) - start ))"
+  echo "== $name: $(( $(date +%s) - start ))s (exit $rc)"
+}
+
+gate lint make --no-print-directory lint
+gate build make --no-print-directory build
+gate sanity make --no-print-directory sanity
+
+# Molecule in the background; its output goes to a log that is printed whole at the end (its own summary included).
+order+=(molecule)
+molecule_start=$(date +%s)
+make --no-print-directory molecule >"$logs/molecule.log" 2>&1 &
+molecule_pid=$!
+echo "== molecule: started in the background (log: $logs/molecule.log)"
+
+gate unit make --no-print-directory unit
+gate awx make --no-print-directory awx
+gate demo "$root/demo/run.sh"
+
+wait "$molecule_pid"; rc=$?
+result[molecule]="$rc $(( $(date +%s) - molecule_start ))"
+echo "== molecule (its log follows)"
+cat "$logs/molecule.log"
+echo "== molecule: $(( $(date +%s) - molecule_start ))s (exit $rc)"
+
+failed=()
+echo "== gates"
+for name in "${order[@]}"; do
+  read -r rc seconds <<<"${result[$name]}"
+  printf '%-10s %5ss  %s\n' "$name" "$seconds" "$([ "$rc" -eq 0 ] && echo passed || echo "FAILED (exit $rc)")"
+  [ "$rc" -eq 0 ] || failed+=("$name")
+done
+echo "gates: $(( ${#order[@]} - ${#failed[@]} )) passed, ${#failed[@]} failed"
+[ ${#failed[@]} -eq 0 ] || { echo "== failed: ${failed[*]}"; exit 1; }
