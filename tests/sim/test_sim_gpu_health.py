@@ -36,7 +36,9 @@ EXPORTER = {
 
 def _discovery(kubectl: str, kubeconfig: str, path: str) -> tuple[int, dict]:
     """GET a discovery path with kubectl (a real client): (0, document) or (1, {}) when the server answers 404."""
-    done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "get", "--raw", path], capture_output=True, text=True)
+    done = subprocess.run(
+        [kubectl, "--kubeconfig", kubeconfig, "get", "--raw", path], capture_output=True, text=True, check=False
+    )
     return done.returncode, json.loads(done.stdout) if done.returncode == 0 else {}
 
 
