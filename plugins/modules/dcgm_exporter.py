@@ -145,6 +145,8 @@ options:
     type: list
     elements: str
 notes:
+  - The module belongs to the action group C(kubegpu.node.k8s), so C(module_defaults) can set its connection options
+    once with C(group/kubegpu.node.k8s).
   - It runs where the API server can be reached, usually the controller (C(delegate_to=localhost), C(run_once=true)).
   - The exporter needs the GPUs in its container - the nvidia runtime as the node's default runtime, or
     O(runtime_class).

@@ -65,6 +65,8 @@ options:
     type: str
     default: kubegpu.node-gpu-health
 notes:
+  - The module belongs to the action group C(kubegpu.node.k8s), so C(module_defaults) can set its connection options
+    once with C(group/kubegpu.node.k8s).
   - It runs where the API server can be reached, usually the controller (C(delegate_to=localhost)).
   - Select healthy GPU nodes with node affinity C(kubegpu.node/gpu-health DoesNotExist), or keep off failed ones with
     C(kubegpu.node/gpu-health NotIn [failed]).
