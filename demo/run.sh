@@ -238,7 +238,22 @@ expect "the toolkit's preflight ran again after the driver step" "$(sed -n \
   "$work/first-run.log" | grep -c '^ok: ')" 4
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 
-echo "== Running it again: nothing should change, nothing is drained"
+# The simulated API server's own record of what was created and preempted (tests/kubesim: creations, preemptions).
+sim_call() { # METHOD [JSON ARGS]
+  curl -sfk -X POST -H "Authorization: Bearer test-token" -H 'Content-Type: application/json' \
+    -d "{\"method\": \"$1\", \"args\": ${2:-[]}}" "$sim_url/kubesim/control"
+}
+pods_created() { sim_call creations '["pods"]' | python -c 'import json, sys; print(len(json.load(sys.stdin)["result"]))'; }
+workload() { kubectl get pod inference-0 -o jsonpath='{.metadata.uid} {.status.phase}'; }
+
+echo "== A GPU workload takes all four GPUs of node 2"
+kubectl apply -f demo/busy/
+for _ in $(seq 50); do [ "$(workload | cut -d' ' -f2)" = Running ] && break; sleep 0.2; done
+workload_before=$(workload)
+kubectl get pods -o wide
+
+echo "== Running it again while node 2 is busy: nothing should change, nothing is drained, no pod is started"
+created_before=$(pods_created)
 start=$(date +%s)
 ansible-playbook -i demo/inventory.yml kubegpu.node.site -e "kubegpu_kubeconfig=$work/kubeconfig" \
   -e "@$work/chain-vars.json" \
@@ -249,6 +264,10 @@ if grep -Eq 'changed=[1-9]|failed=[1-9]' "$work/second-run.log" || grep -q 'Cord
   echo "== The second run changed something (see $work/second-run.log)" >&2
   exit 1
 fi
+expect "the second run started no pod" "$(( $(pods_created) - created_before ))" 0
+expect "the second run validated no node (both passed with the driver and toolkit they run)" \
+  "$(grep -c '"Validating 0 of 2 nodes"' "$work/second-run.log")" 1
+expect "the workload on node 2 kept running, as the same pod" "$(workload)" "$workload_before"
 # The driver's and the toolkit's preflight ran once per node, in site.yml's preflight play; with nothing changed on
 # the nodes since, the batches reused the result.
 expect "each node's driver preflight ran once" "$(sed -n '/^TASK \[kubegpu.node.nvidia_driver : Read the free space/,/^TASK \[/p' \
@@ -262,3 +281,25 @@ for n in "${nodes[@]}"; do
 done
 [ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
 echo "== Second run: no changes"
+
+echo "== Validating every node anyway (--tags validate -e kubegpu_validate=all): node 2's GPUs are all in use"
+created_before=$(pods_created)
+start=$(date +%s)
+ansible-playbook -i demo/inventory.yml kubegpu.node.site --tags validate -e kubegpu_validate=all \
+  -e "kubegpu_kubeconfig=$work/kubeconfig" ${DEMO_VERBOSE:+-vvv} >"$work/validate-run.log" \
+  || { tail -n 60 "$work/validate-run.log"; exit 1; }
+echo "== Validation of every node: $(( $(date +%s) - start )) s"
+grep -E '^ *"(NODE|kubegpu-demo-node-[12]) ' "$work/validate-run.log" | sed 's/^ *"//; s/",\{0,1\}$//'
+expect "node 2's row says it is skipped, all four GPUs in use" \
+  "$(grep -Ec '"kubegpu-demo-node-2 .*skipped: 4/4 in use +skipped: 4/4 in use"' "$work/validate-run.log")" 1
+expect "node 1 passed the pod and scheduling checks" \
+  "$(grep -Ec '"kubegpu-demo-node-1 .*ok: GPU 0: .*ok: surplus pod Pending' "$work/validate-run.log")" 1
+expect "validation pods were started on node 1 only (nvidia-smi, holder, surplus)" \
+  "$(sim_call creations '["pods"]' | python -c 'import json, sys
+new = json.load(sys.stdin)["result"][int(sys.argv[1]):]
+print(" ".join(sorted({p["name"].split("-kubegpu-demo-")[1][:6] for p in new})), len(new))' "$created_before")" \
+  "node-1 3"
+expect "the workload on node 2 kept running, as the same pod" "$(workload)" "$workload_before"
+expect "nothing was preempted" "$(sim_call preemptions | python -c 'import json, sys; print(json.load(sys.stdin)["result"])')" "[]"
+[ ${#failures[@]} -eq 0 ] || { echo "== The demo's checks failed: ${failures[*]}" >&2; exit 1; }
+echo "== A busy node is skipped, not failed; the workload is untouched"

@@ -187,7 +187,9 @@ notes:
   - O(wait_timeout) bounds the whole wait whatever the API server does, and also the retries of each API call.
     Answers 429 (throttled) and 5xx are retried, never sooner than the server's C(Retry-After), otherwise with
     exponential backoff and jitter. A watch that ends early or fails is resumed after a backoff, and nodes are never
-    listed more than once a second.
+    listed more than once a second. At the deadline the nodes still pending are read once more (with 10 seconds of
+    its own) before they are judged, so that a server that throttled every watch does not make the module blame a
+    node that reported its GPUs meanwhile.
   - The module belongs to the action group C(kubegpu.node.k8s), so C(module_defaults) can set its connection options
     once with C(group/kubegpu.node.k8s). The options it shares with C(kubernetes.core) (O(host), O(api_key),
     O(kubeconfig), O(context), O(validate_certs), O(ca_cert), O(client_cert), O(client_key), O(proxy)) have the same

@@ -145,3 +145,43 @@ def test_error_body_is_read_before_the_connection_is_reused():
         text = client.get_text(log_path, {"container": "nvidia-device-plugin-ctr"})
     assert "Starting NVIDIA Device Plugin" in text, text
     assert '"kind":"Status"' not in text
+
+
+# 5. A server that throttles every watch: the timeout is judged on a fresh read of the pending nodes -------------
+
+
+def test_nodes_that_reported_while_every_watch_was_throttled_are_not_blamed():
+    # The plugin's capacity appears 1.5 s after the wait's first list; no watch ever gets through (429 each time),
+    # so the wait sees no event. A fresh read at its deadline finds every node ready: the run passes, and says why.
+    nodes = [SimNode("gpu-1", gpus=2), SimNode("gpu-2", gpus=4)]
+    with SimCluster(nodes=nodes, capacity_delay=1.5) as cluster:
+        cluster.throttle(share=1.0, retry_after=1, verbs=["watch"])
+        result = run_module(args(cluster, expected_gpus={"gpu-1": 2, "gpu-2": 4}, wait_timeout=4))
+        watches = node_requests(cluster, verbs=("watch",))
+    assert result.get("failed") is not True, result.get("msg")
+    assert watches and all(status == 429 for _t, _v, status in watches), watches
+    assert result["nodes"]["gpu-1"]["ready"] and result["nodes"]["gpu-2"]["ready"]
+    warnings = [str((w.get("event") or {}).get("msg", "")) if isinstance(w, dict) else w for w in result["warnings"]]
+    assert any("saw it only in a fresh read at its deadline" in w for w in warnings), warnings
+
+
+def test_a_throttled_timeout_blames_only_the_node_that_still_has_no_gpus():
+    nodes = [SimNode("gpu-1", gpus=2), SimNode("gpu-2", gpus=4, faults="never_reports")]
+    with SimCluster(nodes=nodes, capacity_delay=1.5) as cluster:
+        cluster.throttle(share=1.0, retry_after=1, verbs=["watch"])
+        result = run_module(args(cluster, expected_gpus={"gpu-1": 2, "gpu-2": 4}, wait_timeout=4))
+    assert result["failed"] is True
+    assert "1 of 2 nodes ready" in result["msg"], result["msg"]
+    assert [line.split(":")[0] for line in result["diagnosis"]] == ["gpu-2"], result["diagnosis"]
+    assert result["nodes"]["gpu-1"]["ready"] is True
+
+
+def test_when_the_fresh_read_is_refused_too_the_message_says_the_states_are_old():
+    with SimCluster(nodes=[SimNode("gpu-1", gpus=2)], capacity_delay=1.5) as cluster:
+        cluster.throttle(share=1.0, retry_after=1, verbs=["watch", "get"], path_regex="^/api/v1/nodes")
+        result = run_module(args(cluster, expected_gpus={"gpu-1": 2}, wait_timeout=3))
+    assert result["failed"] is True
+    assert (
+        "as the API server last showed them: reading the pending nodes again at the timeout failed: 429"
+        in (result["msg"])
+    ), result["msg"]

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import fields
+from . import admission, fields
 from .defaults import apply_defaults
 from .errors import ApiError, already_exists, invalid, not_found
 from .resources import BY_PLURAL, ResourceType
@@ -67,6 +67,8 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
 class Api:
     def __init__(self, store: Store) -> None:
         self.store = store
+        # Every object created, in order (kind, namespace, name, labels, manager): tests count pod creations.
+        self.creations: list[dict[str, Any]] = []
 
     # ----- reading ----------------------------------------------------------------------------------------------
 
@@ -124,9 +126,12 @@ class Api:
             fields.record_update(None, obj, manager, rtype.has_status, rtype.api_version, now())
             apply_defaults(rtype.plural, obj)
             self.validate(rtype, obj, None)
+            self._admit(rtype, obj)
             if dry_run:
                 return obj
-            return self.store.put(rtype, obj).obj
+            created = self.store.put(rtype, obj).obj
+            self._note_creation(rtype, created, manager)
+            return created
 
     def apply(
         self,
@@ -155,7 +160,12 @@ class Api:
                 self._initialise(rtype, new, namespace)
                 if rtype.has_status:
                     new["status"] = clone(_INITIAL_STATUS.get(rtype.plural, {}))
-            return self._commit(rtype, live, new, dry_run), live is None
+                apply_defaults(rtype.plural, new)
+                self._admit(rtype, new)
+            committed = self._commit(rtype, live, new, dry_run)
+            if live is None and not dry_run:
+                self._note_creation(rtype, committed, manager)
+            return committed, live is None
 
     def patch(
         self,
@@ -331,6 +341,30 @@ class Api:
             },
         }
 
+    # ----- admission --------------------------------------------------------------------------------------------
+
+    def _admit(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        """The admission plugins that act on new pods: Priority, then Pod Security (see admission.py)."""
+        if rtype.plural != "pods":
+            return
+        classes = {e.obj["metadata"]["name"]: e.obj for e in self.store.list("priorityclasses", None)[0]}
+        admission.resolve_priority(classes, obj)
+        namespace = self.store.get("namespaces", None, obj["metadata"].get("namespace", ""))
+        admission.enforce_pod_security(namespace.obj if namespace else None, obj)
+
+    def _note_creation(self, rtype: ResourceType, obj: dict[str, Any], manager: str) -> None:
+        meta = obj["metadata"]
+        self.creations.append(
+            {
+                "kind": rtype.kind,
+                "namespace": meta.get("namespace"),
+                "name": meta["name"],
+                "labels": dict(meta.get("labels") or {}),
+                "node": (obj.get("spec") or {}).get("nodeName") if rtype.plural == "pods" else None,
+                "manager": manager,
+            }
+        )
+
     # ----- checks -----------------------------------------------------------------------------------------------
 
     def _check_namespace(self, rtype: ResourceType, namespace: str | None) -> None:
@@ -414,6 +448,8 @@ class Api:
                 causes.append(("handler", f'Invalid value: "{handler}": {_LABEL_HELP}'))
             if old is not None and old.get("handler") != handler:
                 causes.append(("handler", "Invalid value: field is immutable"))
+        elif rtype.plural == "priorityclasses":
+            causes += admission.priority_class_problems(obj, old)
         if causes:
             raise invalid(rtype.kind, rtype.group, name, causes)
 

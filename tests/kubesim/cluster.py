@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from .admission import SYSTEM_PRIORITY_CLASSES
 from .api import Api
 from .errors import ApiError
 from .faults import FaultPlan
@@ -48,6 +49,8 @@ _CONTROL_METHODS = frozenset(
         "request_log",
         "reboot_node",
         "install_crd",
+        "creations",
+        "preemptions",
     }
 )
 
@@ -139,6 +142,14 @@ class SimCluster:
                 "kube-apiserver",
                 subresource="status",
             )
+        for name, value in SYSTEM_PRIORITY_CLASSES.items():
+            # The API server creates these at start; the device plugin's pods use system-node-critical.
+            self.api.create(
+                BY_PLURAL["priorityclasses"],
+                None,
+                {"metadata": {"name": name}, "value": value, "description": f"Built-in {name} priority class"},
+                "kube-apiserver",
+            )
         for target, spec in self._initial_faults.items():
             self.sim.faults.setdefault(target, {}).update(normalise_faults(spec))
         for node in self._initial_nodes:
@@ -220,6 +231,17 @@ class SimCluster:
 
     def delete_object(self, kind: str, name: str, namespace: str | None = None) -> None:
         self.api.delete(resource_for(kind), namespace, name)
+
+    def creations(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Every object created since the start, in order: {"kind", "namespace", "name", "labels", "node",
+        "manager"}; ``kind`` (plural, singular, kind or short name) keeps only that kind. Tests count pod creations."""
+        wanted = resource_for(kind).kind if kind else None
+        with self.store.lock:
+            return [dict(c) for c in self.api.creations if wanted is None or c["kind"] == wanted]
+
+    def preemptions(self) -> list[dict[str, Any]]:
+        """Every preemption the simulated scheduler made: {"preemptor", "node", "victims"}."""
+        return [dict(p) for p in self.workloads.preemptions]
 
     def pod_log(self, namespace: str, name: str, previous: bool = False) -> list[str]:
         return self.sim.pod_log(namespace, name, previous) or []

@@ -18,6 +18,8 @@ def apply_defaults(plural: str, obj: dict[str, Any]) -> None:
     elif plural == "pods":
         _pod_spec(obj.setdefault("spec", {}))
         obj["spec"].setdefault("enableServiceLinks", True)
+    elif plural == "priorityclasses":
+        obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
 def _daemonset(obj: dict[str, Any]) -> None:

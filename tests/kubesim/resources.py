@@ -60,6 +60,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "Event", "events", "event", True, ("ev",)),
     ResourceType("apps", "v1", "DaemonSet", "daemonsets", "daemonset", True, ("ds",), True, ("status",)),
     ResourceType("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", False),
+    ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", False, ("pc",)),
     ResourceType(
         "policy",
         "v1",

@@ -2,16 +2,21 @@
 
 The scheduler binds a pending pod to the first node (by name) that is schedulable, Ready, matches the pod's node
 selector and required node affinity, whose taints the pod tolerates, and whose ``allocatable`` still holds every
-extended resource (``nvidia.com/gpu``, ...) the pod requests once the pods already bound there are counted. A pod that
-fits nowhere stays Pending with ``PodScheduled=False`` (reason ``Unschedulable``) and a ``FailedScheduling`` event
-worded like the real scheduler's ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, ..."); it is retried
-whenever a pod or node changes, as the real scheduler's queue does.
+extended resource (``nvidia.com/gpu``, ...) the pod requests once the pods already bound there are counted (init
+containers and sidecars counted as the real scheduler counts them). Pending pods are taken in priority order
+(``spec.priority``, which admission.py sets from the pod's PriorityClass). A pod that fits nowhere stays Pending with
+``PodScheduled=False`` (reason ``Unschedulable``) and a ``FailedScheduling`` event worded like the real scheduler's
+("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, ..."); it is retried whenever a pod or node changes, as the
+real scheduler's queue does. Short of an extended resource, a pod whose ``preemptionPolicy`` is not ``Never``
+preempts: on the first node where deleting lower-priority pods makes room, those pods are deleted (a ``Preempted``
+event each) and the pod is nominated there (``status.nominatedNodeName``), as kube-scheduler's default preemption does.
 
 The kubelet starts a bound pod once its node is Ready. ``restartPolicy: Always`` pods keep running; ``Never`` and
-``OnFailure`` pods run to completion after ``run_seconds``. Nothing is executed: a container whose command mentions
-``nvidia-smi`` prints one ``GPU i: PRODUCT (UUID: GPU-...)`` line per GPU allocated to the pod, as ``nvidia-smi -L``
-does, and fails (exit 6, "No devices were found") when the pod has none; any other container prints nothing and
-exits 0. Stand-in only: there is no container runtime behind it.
+``OnFailure`` pods run to completion after ``run_seconds`` (a ``sleep N`` command: after N seconds). A pod with
+``activeDeadlineSeconds`` fails (``DeadlineExceeded``) that long after it started. Nothing is executed: a container
+whose command mentions ``nvidia-smi`` prints one ``GPU i: PRODUCT (UUID: GPU-...)`` line per GPU allocated to the
+pod, as ``nvidia-smi -L`` does, and fails (exit 6, "No devices were found") when the pod has none; any other container
+prints nothing and exits 0. Stand-in only: there is no container runtime behind it.
 
 A node reboot (``reboot_node``) makes the node NotReady (the kubelet stops posting status) with a new
 ``nodeInfo.bootID``, and Ready again after ``down_seconds``, when its device plugin re-registers its GPUs.
@@ -20,12 +25,15 @@ A node reboot (``reboot_node``) makes the node NotReady (the kubelet stops posti
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
+import re
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from .api import now
+from .errors import ApiError
 from .eviction import refresh_budgets
 from .resources import BY_PLURAL
 from .selectors import _expression, tolerates
@@ -50,16 +58,41 @@ def _terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def _container_requests(container: dict[str, Any]) -> collections.Counter[str]:
+    resources = container.get("resources") or {}
+    # An extended resource's request defaults to its limit.
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return collections.Counter({n: int(v) for n, v in merged.items() if "/" in n and str(v).isdigit()})
+
+
 def extended_requests(pod: dict[str, Any]) -> dict[str, int]:
-    """Extended resources (names with a domain, such as nvidia.com/gpu) the pod asks for; limits stand for requests."""
-    wanted: dict[str, int] = collections.Counter()
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, value in merged.items():
-            if "/" in name and str(value).isdigit():
-                wanted[name] += int(value)
-    return dict(wanted)
+    """Extended resources (names with a domain, such as nvidia.com/gpu) the pod holds on its node, as the scheduler
+    counts them: the app containers' sum, or an init container's request when that is larger; sidecars (init
+    containers with ``restartPolicy: Always``) run beside what starts after them. Limits stand for requests."""
+    spec = pod.get("spec") or {}
+    wanted: collections.Counter[str] = collections.Counter()
+    for container in spec.get("containers") or []:
+        wanted.update(_container_requests(container))
+    sidecars: collections.Counter[str] = collections.Counter()
+    peak: collections.Counter[str] = collections.Counter()
+    for container in spec.get("initContainers") or []:
+        own = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            sidecars.update(own)
+            during = sidecars
+        else:
+            during = sidecars + own
+        for name, count in during.items():
+            peak[name] = max(peak[name], count)
+    wanted.update(sidecars)
+    for name, count in peak.items():
+        wanted[name] = max(wanted[name], count)
+    return {name: count for name, count in wanted.items() if count}
+
+
+def _priority(pod: dict[str, Any]) -> int:
+    """spec.priority, set from the pod's PriorityClass on admission (admission.py)."""
+    return int((pod.get("spec") or {}).get("priority") or 0)
 
 
 def _ready(node: dict[str, Any]) -> bool:
@@ -111,6 +144,18 @@ def unschedulable_message(reasons: dict[str, int], total: int) -> str:
     )
 
 
+def _run_time(containers: list[dict[str, Any]], default: float) -> float:
+    """How long a run-to-completion pod runs: ``sleep N`` (the command, or ``sh -c 'sleep N'``) for N seconds, any
+    other command for ``default``."""
+    longest = 0.0
+    for container in containers:
+        words = " ".join(str(w) for w in (container.get("command") or []) + (container.get("args") or []))
+        match = re.search(r"(?:^|[\s;&|])sleep\s+([0-9]+(?:\.[0-9]+)?)", words)
+        if match:
+            longest = max(longest, float(match.group(1)))
+    return longest or default
+
+
 class Workloads:
     """The scheduler and kubelet for pods without a DaemonSet; runs on the simulation's controller thread."""
 
@@ -124,6 +169,8 @@ class Workloads:
         self._reported: dict[str, str] = {}  # pod UID -> the FailedScheduling message last reported
         self._gpu_ids: dict[str, tuple[str, list[int]]] = {}  # pod UID -> (node, GPU indexes)
         self._budget_namespaces: set[str] = set()
+        # Every preemption the scheduler made: {"preemptor": ns/name, "node": ..., "victims": [ns/name, ...]}.
+        self.preemptions: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.store.add_listener(self._on_event)
 
@@ -173,16 +220,21 @@ class Workloads:
             and (p.get("status") or {}).get("phase", "Pending") == "Pending"
             and (p.get("spec") or {}).get("schedulerName", _SCHEDULER) == _SCHEDULER
         ]
-        waiting.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+        # The scheduling queue: higher priority first, then the older pod.
+        waiting.sort(key=lambda p: (-_priority(p), p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
         for pod in waiting:
-            self._schedule(pod, nodes, used)
+            self._schedule(pod, nodes, used, pods)
         for pod in pods:
             self._maybe_start(pod, nodes)
         for namespace in budget_namespaces:
             refresh_budgets(self.api, namespace)
 
     def _schedule(
-        self, pod: dict[str, Any], nodes: dict[str, dict[str, Any]], used: dict[str, collections.Counter[str]]
+        self,
+        pod: dict[str, Any],
+        nodes: dict[str, dict[str, Any]],
+        used: dict[str, collections.Counter[str]],
+        pods: list[dict[str, Any]],
     ) -> None:
         wanted = extended_requests(pod)
         reasons: collections.Counter[str] = collections.Counter()
@@ -198,6 +250,8 @@ class Workloads:
                 continue
             used[name].update(wanted)
             self._bind(pod, name)
+            return
+        if any(r.startswith("Insufficient") for r in reasons) and self._preempt(pod, nodes, used, pods):
             return
         message = unschedulable_message(dict(reasons), len(nodes))
         uid = pod["metadata"].get("uid", "")
@@ -223,6 +277,76 @@ class Workloads:
         live = self.api.mutate(_PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], unschedulable, _SCHEDULER)
         if live is not None:
             self.sim._event(live, "FailedScheduling", message, "Warning", _SCHEDULER)
+
+    def _preempt(
+        self,
+        pod: dict[str, Any],
+        nodes: dict[str, dict[str, Any]],
+        used: dict[str, collections.Counter[str]],
+        pods: list[dict[str, Any]],
+    ) -> bool:
+        """The scheduler's preemption: on the first node where evicting lower-priority pods makes room, delete them
+        (lowest priority, then newest, first) and nominate the node; the pod binds on a later pass. A pod whose
+        preemptionPolicy is Never preempts nothing. True when victims were chosen."""
+        if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+            return False
+        mine = _priority(pod)
+        wanted = extended_requests(pod)
+        for name, node in nodes.items():
+            if _placement_problem(pod, node) or not _ready(node):
+                continue
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            # Victims: lower priority first, and among equals the newest (kube-scheduler reprieves the more important
+            # pods: higher priority, then the longer running).
+            candidates = sorted(
+                (
+                    p
+                    for p in pods
+                    if (p.get("spec") or {}).get("nodeName") == name and not _terminal(p) and _priority(p) < mine
+                ),
+                key=lambda p: p["metadata"].get("creationTimestamp", ""),
+                reverse=True,
+            )
+            candidates.sort(key=_priority)
+            free = collections.Counter({r: int(allocatable.get(r, "0") or 0) - used[name][r] for r in wanted})
+            victims = []
+            for victim in candidates:
+                if all(free[r] >= n for r, n in wanted.items()):
+                    break
+                victims.append(victim)
+                free.update(extended_requests(victim))
+            if not victims or not all(free[r] >= n for r, n in wanted.items()):
+                continue
+            preemptor = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+            for victim in victims:
+                self.sim._event(
+                    victim,
+                    "Preempted",
+                    f"Preempted by pod {pod['metadata'].get('uid', '')} on node {name}",
+                    "Normal",
+                    _SCHEDULER,
+                )
+                with contextlib.suppress(ApiError):
+                    self.api.delete(_PODS, victim["metadata"]["namespace"], victim["metadata"]["name"])
+                used[name].subtract(extended_requests(victim))
+            self.api.mutate(
+                _PODS,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                lambda live, node=name: live.setdefault("status", {}).update(nominatedNodeName=node),
+                _SCHEDULER,
+                subresource="status",
+            )
+            self.preemptions.append(
+                {
+                    "preemptor": preemptor,
+                    "node": name,
+                    "victims": [f"{v['metadata']['namespace']}/{v['metadata']['name']}" for v in victims],
+                }
+            )
+            self.sim.schedule(0, self._reconcile, dedupe=("workloads",))
+            return True
+        return False
 
     def _bind(self, pod: dict[str, Any], node: str) -> None:
         stamp = now()
@@ -289,11 +413,34 @@ class Workloads:
         )
         self.sim._event(pod, "Started", f"Started container {containers[0].get('name', '')}", "Normal", _KUBELET)
         if pod["spec"].get("restartPolicy", "Always") in ("Never", "OnFailure"):
-            self.sim.schedule(self.run_seconds, lambda: self._finish(key, uid, gpus, started))
+            self.sim.schedule(_run_time(containers, self.run_seconds), lambda: self._finish(key, uid, gpus, started))
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        if isinstance(deadline, int) and deadline > 0:
+            self.sim.schedule(deadline, lambda: self._deadline_exceeded(key, uid, deadline))
+
+    def _deadline_exceeded(self, key: tuple[str, str], uid: str, deadline: int) -> None:
+        """activeDeadlineSeconds passed: the kubelet kills the pod, which ends Failed (DeadlineExceeded)."""
+        pod = self._live(key, uid)
+        if pod is None or _terminal(pod):
+            return
+
+        def fail(live: dict[str, Any]) -> None:
+            status = live.setdefault("status", {})
+            status.update(
+                phase="Failed",
+                reason="DeadlineExceeded",
+                message=f"Pod was active on the node longer than the specified deadline ({deadline}s)",
+            )
+
+        self.api.mutate(_PODS, *key, fail, _KUBELET, subresource="status")
+        self.sim._event(
+            pod, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline", "Normal", _KUBELET
+        )
+        self._gpu_ids.pop(uid, None)
 
     def _finish(self, key: tuple[str, str], uid: str, gpus: list[int], started: str) -> None:
         pod = self._live(key, uid)
-        if pod is None:
+        if pod is None or _terminal(pod):
             return
         node = self.store.get("nodes", None, pod["spec"]["nodeName"])
         annotations = (node.obj["metadata"].get("annotations") or {}) if node else {}

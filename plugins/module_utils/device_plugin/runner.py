@@ -47,6 +47,7 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.waiter import (
     CapacityWait,
     diagnose_timeout,
+    refresh_pending,
     wait_for_capacity,
 )
 
@@ -119,6 +120,17 @@ def _present(module, client, result: dict) -> None:
         capacity_plan(params.get("config")), pod_spec, expected=expected_counts(params), names=params.get("nodes")
     )
     outcome = wait_for_capacity(client, tracker, float(params["wait_timeout"]), clock=time.monotonic)
+    refresh_error = None
+    if not outcome["done"]:
+        # The tracker may hold what the first list said, when every watch since was throttled or broken.
+        refresh_error = refresh_pending(client, tracker, clock=time.monotonic)
+        if tracker.complete():
+            outcome["done"] = True
+            module.warn(
+                f"every node reported its {tracker.plan['resource']} capacity, but the wait saw it only in a fresh "
+                f"read at its deadline: the API server's node watch gave no event ({client.throttled_count} answers "
+                "were 429 Too Many Requests)"
+            )
     result["waited"] = outcome["waited"]
     result["nodes"] = _node_report(tracker)
     # Best effort, one try: a throttled or failing read keeps the counters from the apply rather than delaying the
@@ -132,10 +144,15 @@ def _present(module, client, result: dict) -> None:
     _count_requests(client, result)
     done = sum(1 for state in tracker.states.values() if state["done"])
     resource = tracker.plan["resource"]
+    stale = (
+        f" (as the API server last showed them: reading the pending nodes again at the timeout failed: {refresh_error})"
+        if refresh_error
+        else ""
+    )
     module.fail_json(
         msg=(
             f"timed out after {params['wait_timeout']}s waiting for {resource} capacity: "
-            f"{done} of {len(tracker.states)} nodes ready. " + " ".join(diagnosis)
+            f"{done} of {len(tracker.states)} nodes ready{stale}. " + " ".join(diagnosis)
         ),
         **result,
     )

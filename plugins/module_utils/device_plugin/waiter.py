@@ -6,8 +6,10 @@
 # One list of nodes, then one watch from that list's resourceVersion; each event re-evaluates only the node it names,
 # so the cost per event does not depend on the cluster's size. A stream that ends or breaks before the deadline is
 # resumed from its last resourceVersion (after a backoff when it ended early); a 410 Gone (history compacted) leads
-# to a fresh list, at most one per MIN_RELIST_INTERVAL. Pods are read only to explain a timeout (one list by label,
-# then the logs of at most MAX_LOGS failing pods). The clock and sleep are parameters so tests control time.
+# to a fresh list, at most one per MIN_RELIST_INTERVAL. At the deadline the nodes still pending are read once more
+# (refresh_pending): a server that throttled every watch showed the wait nothing since its list, and a node must not
+# be blamed for GPUs it reported seconds ago. Pods are read only to explain a timeout (one list by label, then the
+# logs of at most MAX_LOGS failing pods). The clock and sleep are parameters so tests control time.
 
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ NODES_PATH = "/api/v1/nodes"
 MAX_LOGS = 5
 LOG_TAIL_LINES = 20
 LOG_LIMIT_BYTES = 16384
+# The fresh read at the deadline: GETs of single nodes up to this many pending, one list beyond; its own time budget.
+MAX_SINGLE_READS = 10
+REFRESH_BUDGET = 10.0
 # The Go client's reflector: a watch shorter than this, or without events, counts as ending early.
 HEALTHY_WATCH_SECONDS = 1.0
 MIN_RELIST_INTERVAL = 1.0
@@ -199,6 +204,39 @@ def wait_for_capacity(client, tracker: CapacityWait, timeout: float, clock=time.
         "lists": lists,
         "watches": watches,
     }
+
+
+def refresh_pending(client, tracker: CapacityWait, clock=time.monotonic, budget: float = REFRESH_BUDGET) -> str | None:
+    """Read the nodes still pending afresh and judge them again; None, or why the read failed.
+
+    What the tracker holds comes from the last list and the events since: when every watch was throttled or broken,
+    that is the list from the start of the wait. One GET per node for a few pending nodes (a 404: the node is gone),
+    one list (with the wait's label selector) for more. The read has ``budget`` seconds of its own, retries included,
+    so a throttling server delays the result by at most that much.
+    """
+    if not tracker.pending:
+        return None
+    deadline = clock() + budget
+    try:
+        if len(tracker.pending) <= MAX_SINGLE_READS:
+            for name in sorted(tracker.pending):
+                node = client.get_or_none(f"{NODES_PATH}/{name}", deadline=deadline)
+                tracker.apply_event(
+                    {"type": "DELETED", "object": {"metadata": {"name": name}}}
+                    if node is None
+                    else {"type": "MODIFIED", "object": node}
+                )
+        else:
+            selectors = _selectors(tracker.pod_spec, tracker.fixed_targets)
+            listing = client.request(
+                "GET", NODES_PATH, query=selectors or None, timeout=LIST_TIMEOUT, deadline=deadline
+            )
+            tracker.reset({node["metadata"]["name"]: slim_node(node) for node in listing.get("items") or []})
+    except KubeApiError as error:
+        return f"{error.status} {error.api_reason or error.reason}: {error.api_message or error}".strip()
+    except KubeTransportError as error:
+        return error.msg
+    return None
 
 
 def _pod_logs(client, namespace: str, pod: dict) -> str | None:

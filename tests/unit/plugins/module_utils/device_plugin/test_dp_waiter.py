@@ -17,8 +17,10 @@ from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.errors 
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import capacity_plan
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.waiter import (
     MIN_RELIST_INTERVAL,
+    REFRESH_BUDGET,
     CapacityWait,
     diagnose_timeout,
+    refresh_pending,
     wait_for_capacity,
 )
 
@@ -55,6 +57,7 @@ class ScriptedApi:
         self.logs = logs or {}
         self.calls = []
         self.times = []
+        self.get_error = None
 
     def request(self, method, path, query=None, body=None, content_type=None, timeout=30.0, deadline=None):
         self.calls.append(("list", path, query))
@@ -62,6 +65,14 @@ class ScriptedApi:
         if path == "/api/v1/nodes":
             return {"metadata": {"resourceVersion": "10"}, "items": copy.deepcopy(self.nodes)}
         return {"items": copy.deepcopy(self.pods)}
+
+    def get_or_none(self, path, query=None, deadline=None):
+        self.calls.append(("get", path, deadline))
+        if self.get_error is not None:
+            raise self.get_error
+        name = path.rsplit("/", 1)[-1]
+        found = [n for n in self.nodes if n["metadata"]["name"] == name]
+        return copy.deepcopy(found[0]) if found else None
 
     def get_text(self, path, query=None, timeout=10.0):
         self.calls.append(("log", path, query))
@@ -350,3 +361,93 @@ def test_retry_after_header_is_read_as_whole_seconds():
     assert retry_after_seconds({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
     assert retry_after_seconds({}) is None
     assert retry_after_seconds(None) is None
+
+
+# ----- the fresh read at the deadline (issue 17, item 6: a throttled watch must not blame nodes that reported) -----
+
+
+def _throttled_after_list(fixture, clock, late_nodes):
+    """Every watch answers 429; the nodes change right after the first list, so only a fresh read can see it."""
+    api = ScriptedApi([fixture("node_no_capacity.json")], [("throttled", 1)] * 1000, clock)
+    original = api.request
+
+    def request(*args, **kwargs):
+        answer = original(*args, **kwargs)
+        api.nodes = late_nodes
+        return answer
+
+    api.request = request
+    return api
+
+
+def test_a_watch_throttled_for_the_whole_wait_leaves_the_first_list_and_a_fresh_read_corrects_it(fixture):
+    clock = Clock()
+    reported = with_gpus(fixture("node_no_capacity.json"), 8, "11")
+    api = _throttled_after_list(fixture, clock, [reported])
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    outcome = wait_for_capacity(api, tracker, 20, clock=clock, sleep=clock.sleep)
+    # What the wait saw: only the list from its start.
+    assert outcome["done"] is False and outcome["lists"] == 1
+    assert tracker.states["gpu-a100-2"]["capacity"] == 0
+    assert refresh_pending(api, tracker, clock=clock) is None
+    assert tracker.complete()
+    assert [c[:2] for c in api.calls if c[0] == "get"] == [("get", "/api/v1/nodes/gpu-a100-2")]
+    # The read has a budget of its own, measured on the clock it was given.
+    assert api.calls[-1][2] == clock.now + REFRESH_BUDGET
+
+
+def test_the_diagnosis_after_a_fresh_read_names_only_what_is_still_wrong(fixture):
+    clock = Clock()
+    late = with_gpus(fixture("node_no_capacity.json"), 8, "11")
+    still_missing = fixture("node_no_capacity.json")
+    still_missing["metadata"]["name"] = "gpu-stuck"
+    api = _throttled_after_list(fixture, clock, [late, still_missing])
+    api.nodes = [fixture("node_no_capacity.json"), still_missing]
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8, "gpu-stuck": 8})
+    wait_for_capacity(api, tracker, 10, clock=clock, sleep=clock.sleep)
+    assert tracker.pending == {"gpu-a100-2", "gpu-stuck"}
+    refresh_pending(api, tracker, clock=clock)
+    assert tracker.pending == {"gpu-stuck"}
+    messages = diagnose_timeout(api, tracker, "kube-system")
+    assert len(messages) == 1 and messages[0].startswith("gpu-stuck: ")
+
+
+def test_a_node_deleted_meanwhile_is_found_missing(fixture):
+    clock = Clock()
+    api = _throttled_after_list(fixture, clock, [])
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    wait_for_capacity(api, tracker, 5, clock=clock, sleep=clock.sleep)
+    refresh_pending(api, tracker, clock=clock)
+    assert tracker.states["gpu-a100-2"]["found"] is False
+    assert diagnose_timeout(api, tracker, "kube-system")[0].startswith("gpu-a100-2: node not found")
+
+
+def test_many_pending_nodes_are_read_in_one_list(fixture):
+    clock = Clock()
+    names = [f"gpu-{i}" for i in range(12)]
+    nodes = []
+    for name in names:
+        node = fixture("node_no_capacity.json")
+        node["metadata"]["name"] = name
+        nodes.append(node)
+    api = ScriptedApi(nodes, [("throttled", 1)] * 1000, clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected=dict.fromkeys(names, 8))
+    wait_for_capacity(api, tracker, 5, clock=clock, sleep=clock.sleep)
+    api.nodes = [with_gpus(n, 8, "12") for n in nodes]
+    lists_before = sum(1 for c in api.calls if c[0] == "list")
+    refresh_pending(api, tracker, clock=clock)
+    assert tracker.complete()
+    assert sum(1 for c in api.calls if c[0] == "list") == lists_before + 1
+    assert not [c for c in api.calls if c[0] == "get"]
+
+
+def test_a_fresh_read_that_fails_says_why_and_keeps_what_was_seen(fixture):
+    clock = Clock()
+    api = ScriptedApi([fixture("node_no_capacity.json")], [("throttled", 1)] * 1000, clock)
+    tracker = CapacityWait(capacity_plan(None), POD_SPEC, expected={"gpu-a100-2": 8})
+    wait_for_capacity(api, tracker, 5, clock=clock, sleep=clock.sleep)
+    body = b'{"kind":"Status","reason":"TooManyRequests","message":"Too many requests, please try again later."}'
+    api.get_error = KubeApiError(429, "Too Many Requests", "GET", "/api/v1/nodes/gpu-a100-2", body)
+    error = refresh_pending(api, tracker, clock=clock)
+    assert error == "429 TooManyRequests: Too many requests, please try again later."
+    assert tracker.pending == {"gpu-a100-2"}
