@@ -220,7 +220,10 @@ echo "-- the GPU labels (the names GPU feature discovery uses), and node 1 sched
 kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count,nvidia.com/gpu.memory,nvidia.com/cuda.driver-version.full
 echo "-- the training job was evicted from node 1 before the node rebooted into its new driver"
 kubectl get pods -o wide
-kubectl -n kube-system get daemonset nvidia-device-plugin-daemonset
+kubectl -n kube-system get daemonset nvidia-device-plugin-daemonset dcgm-exporter
+echo "-- GPU health: node 2 has a GPU with an uncorrectable ECC error (labelled, and tainted: kubegpu_gpu_health_taint)"
+kubectl get nodes \
+  -o custom-columns='NODE:.metadata.name,HEALTH:.metadata.labels.kubegpu\.node/gpu-health,ACTION:.metadata.labels.kubegpu\.node/gpu-health-action,TAINTS:.spec.taints[*].key'
 
 echo "== Checking the result"
 for n in "${nodes[@]}"; do
@@ -264,6 +267,29 @@ for n in "${nodes[@]}"; do
     "$(podman exec "$n" sh -c 'ls /var/lib/kubegpu/container_runtime/pending/ 2>/dev/null | wc -l')" 0
 done
 expect "the validation table says ok for every node" "$(grep -Ec 'kubegpu-demo-node-[12] .*FAILED' "$work/first-run.log")" 0
+# GPU health: node 2's GPU 2 has an uncorrectable ECC error (its stand-in nvidia-smi says so).
+expect "node 2 is labelled with its failed GPU" \
+  "$(kubectl get node "${nodes[1]}" -o jsonpath='{.metadata.labels.kubegpu\.node/gpu-health}')" failed
+expect "node 2 is tainted for it" \
+  "$(kubectl get node "${nodes[1]}" -o jsonpath='{.spec.taints[?(@.key=="kubegpu.node/gpu-unhealthy")].value}')" failed
+expect "node 1 carries no GPU health mark" \
+  "$(kubectl get node "${nodes[0]}" -o jsonpath='{.metadata.labels.kubegpu\.node/gpu-health}{.spec.taints}')" ""
+expect "the validation table shows node 2's GPU health" \
+  "$(grep -Ec 'kubegpu-demo-node-2 .*failed \(reset\): GPU 2' "$work/first-run.log")" 1
+expect "the DCGM exporter runs on both nodes" \
+  "$(kubectl -n kube-system get daemonset dcgm-exporter -o jsonpath='{.status.numberReady}')" 2
+kubectl apply -f - >/dev/null <<'POD'
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-job, namespace: default}
+spec:
+  containers:
+    - {name: job, image: registry.example/training:1, resources: {limits: {nvidia.com/gpu: "1"}}}
+POD
+for _ in $(seq 20); do [ -n "$(kubectl get pod gpu-job -o jsonpath='{.spec.nodeName}')" ] && break; sleep 0.5; done
+expect "a new GPU workload lands on node 1" "$(kubectl get pod gpu-job -o jsonpath='{.spec.nodeName}')" "${nodes[0]}"
+# Gone before the no-op re-run, whose validation still asks for all of a node's GPUs.
+kubectl delete pod gpu-job --wait=false >/dev/null
 # The toolkit's plan: a full read per node in site.yml's preflight play, the node's read in its batch, and one more
 # after apt installed the packages. The cancelled run planned both nodes and ran node 1's batch (installing); the
 # resumed run planned both, re-read node 1 (nothing to install) and ran node 2's batch (installing).

@@ -73,7 +73,9 @@ ansible-playbook kubegpu.node.site --list-tasks -i "$work/inventory.yml" >"$work
 # site.yml includes its roles dynamically (include_role), so --list-tasks names the include tasks, not the roles' own.
 installed_site=$(find "$work/installed" -path '*/ansible_collections/kubegpu/node/playbooks/site.yml' | head -n 1)
 for role in "${roles[@]}"; do
-  grep -q "name: kubegpu.node.$role\$" "$installed_site" || { echo "kubegpu.node.site does not run the role $role" >&2; exit 1; }
+  # site.yml itself, or a task file of its own that it includes (playbooks/tasks/, e.g. tasks/gpu_health.yml).
+  grep -q "name: kubegpu.node.$role\$" "$installed_site" "$(dirname "$installed_site")"/tasks/*.yml \
+    || { echo "kubegpu.node.site does not run the role $role" >&2; exit 1; }
 done
 echo "installed collection ($(find "$work/dist/collections" -name "*.tar.gz" | wc -l) tarballs): ${#roles[@]} roles, modules and kubegpu.node.site resolve by FQCN"
 

@@ -247,6 +247,13 @@ class ActionModule(ActionBase):
         when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         judged = gv.rows(targets, args["selection"], nodes, node_checks, outcome, args["run"] or "", when)
         judged["columns"] = ["node", "gpus", "host", "container", "pod", "scheduling"]
+        # GPU health (site.yml's tasks/gpu_health.yml, gpu_health_result): shown per node, never a validation failure.
+        health = {t.node: (values.get(t.host) or {}).get("gpu_health_result") for t in targets}
+        if any(isinstance(h, Mapping) for h in health.values()):
+            for row in judged["rows"]:
+                verdict = health.get(row["node"])
+                row["health"] = str(verdict.get("brief") or "") if isinstance(verdict, Mapping) else "not checked"
+            judged["columns"].append("health")
         failed = judged["failed_nodes"]
         judged["message"] = gv.failure_message(failed, error) if (failed or error) else ""
         return judged

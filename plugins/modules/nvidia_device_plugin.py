@@ -195,6 +195,12 @@ options:
       - Without this option or O(expected_gpus), the wait covers every node where the plugin would be scheduled.
     type: list
     elements: str
+  known_unhealthy:
+    description:
+      - Map of node name to what is known to be wrong with its GPUs (for example the summary of
+        M(kubegpu.node.gpu_health)). On a wait timeout, that node's diagnosis ends with it.
+    type: dict
+    default: {}
 notes:
   - The module talks to the API server directly, so it usually runs on the controller (C(delegate_to=localhost),
     C(run_once=true)).

@@ -488,6 +488,9 @@ def pod_object(node: str, check: str, gpus: int, settings: Settings) -> dict[str
         "tolerations": [
             {"key": GPU, "operator": "Exists", "effect": "NoSchedule"},
             {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+            # A node tainted for its GPU health (tasks/gpu_health.yml) is validated too; the table's health column
+            # says what is wrong with it.
+            {"key": "kubegpu.node/gpu-unhealthy", "operator": "Exists", "effect": "NoSchedule"},
         ],
         "containers": [
             {

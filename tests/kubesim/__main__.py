@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--token", default="test-token")
     parser.add_argument("--capacity-delay", type=float, default=0.2)
     parser.add_argument("--capacity-spread", type=float, default=0.0)
+    parser.add_argument(
+        "--crd", action="append", default=[], help="a CRD installed from the start (kubesim knows servicemonitors)"
+    )
     return parser.parse_args(argv)
 
 
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         capacity_spread=args.capacity_spread,
         faults=faults,
         port=args.port,
+        crds=args.crd,
     ) as cluster:
         if args.kubeconfig:
             cluster.write_kubeconfig(args.kubeconfig, context=args.context)

@@ -48,6 +48,7 @@ _CONTROL_METHODS = frozenset(
         "set_error_body_delay",
         "request_log",
         "reboot_node",
+        "install_crd",
         "creations",
         "preemptions",
         "hold",
@@ -81,12 +82,16 @@ class SimCluster:
         bookmark_interval: float = 5.0,
         gone_as_http: bool = False,
         port: int = 0,
+        crds: Iterable[str] = (),
     ) -> None:
         self.tls = tls
         self.token = token
         self.forbidden_tokens = frozenset(forbidden_tokens)
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
+        # Plurals of the CustomResourceDefinitions installed (kubesim knows "servicemonitors", the Prometheus
+        # Operator's); their API is served only once installed.
+        self.crds: set[str] = set(crds)
         self.store = Store(history_size=history_size)
         self.api = Api(self.store)
         self.sim = Simulation(self.api, capacity_delay, capacity_spread, pod_start_delay)
@@ -266,6 +271,14 @@ class SimCluster:
         Returns the new boot ID. A demo tells a simulator in another process through ``/kubesim/control``.
         """
         return self.workloads.reboot_node(name, down_seconds)
+
+    def install_crd(self, plural: str) -> None:
+        """Install a CustomResourceDefinition kubesim knows (``servicemonitors``): its API appears at once."""
+        from .resources import RESOURCES
+
+        if not any(r.crd and r.plural == plural for r in RESOURCES):
+            raise KeyError(f"kubesim knows no CRD {plural!r}")
+        self.crds.add(plural)
 
     # ----- faults -----------------------------------------------------------------------------------------------
 

@@ -32,6 +32,9 @@ class ResourceType:
     # Writes to the main resource ignore status, as the real server does for these types.
     has_status: bool = False
     subresources: tuple[str, ...] = ()
+    # Served only when the cluster has its CustomResourceDefinition (SimCluster(crds=...)), as a CRD's API appears in
+    # discovery and answers only once the CRD is installed.
+    crd: bool = False
 
     @property
     def api_version(self) -> str:
@@ -69,6 +72,9 @@ RESOURCES: tuple[ResourceType, ...] = (
         True,
         ("status",),
     ),
+    ResourceType("", "v1", "Service", "services", "service", True, ("svc",), True, ("status",)),
+    # The Prometheus Operator's CRD (monitoring.coreos.com/v1): only with SimCluster(crds=["servicemonitors"]).
+    ResourceType("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors", "servicemonitor", True, crd=True),
 )
 
 # How discovery describes a subresource: (kind, group, version, verbs). kubectl drain looks for pods/eviction with
@@ -92,10 +98,17 @@ def resource_for(name: str) -> ResourceType:
     raise KeyError(f"kubesim does not simulate {name!r}")
 
 
-def groups() -> dict[str, list[str]]:
+def served(rtype: ResourceType, crds: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether the cluster serves the type: always, or for a CRD's type only once the CRD is installed."""
+    return not rtype.crd or rtype.plural in crds
+
+
+def groups(crds: frozenset[str] | set[str] = frozenset()) -> dict[str, list[str]]:
     """Group name -> its versions, core group excluded."""
     found: dict[str, list[str]] = {}
     for rtype in RESOURCES:
+        if not served(rtype, crds):
+            continue
         if rtype.group and rtype.version not in found.setdefault(rtype.group, []):
             found[rtype.group].append(rtype.version)
     return found
@@ -114,23 +127,23 @@ def _group_doc(name: str, versions: list[str]) -> dict[str, Any]:
     return {"name": name, "versions": entries, "preferredVersion": entries[0]}
 
 
-def api_group_list() -> dict[str, Any]:
+def api_group_list(crds: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group_doc(name, versions) for name, versions in groups().items()],
+        "groups": [_group_doc(name, versions) for name, versions in groups(crds).items()],
     }
 
 
-def api_group(name: str) -> dict[str, Any] | None:
-    versions = groups().get(name)
+def api_group(name: str, crds: frozenset[str] | set[str] = frozenset()) -> dict[str, Any] | None:
+    versions = groups(crds).get(name)
     if versions is None:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(name, versions)}
 
 
-def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
-    members = [r for r in RESOURCES if r.group == group and r.version == version]
+def api_resource_list(group: str, version: str, crds: frozenset[str] | set[str] = frozenset()) -> dict[str, Any] | None:
+    members = [r for r in RESOURCES if r.group == group and r.version == version and served(r, crds)]
     if not members:
         return None
     entries: list[dict[str, Any]] = []
@@ -172,22 +185,24 @@ def _openapi_path(rtype: ResourceType) -> str:
     return base + "/{name}"
 
 
-def openapi_v3_root() -> dict[str, Any]:
+def openapi_v3_root(crds: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     paths: dict[str, Any] = {}
-    versions = {("", "v1")} | {(r.group, r.version) for r in RESOURCES}
+    versions = {("", "v1")} | {(r.group, r.version) for r in RESOURCES if served(r, crds)}
     for group, version in sorted(versions):
         key = f"apis/{group}/{version}" if group else f"api/{version}"
         paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash=kubesim1"}
     return {"paths": paths}
 
 
-def openapi_v3_document(group: str, version: str) -> dict[str, Any] | None:
+def openapi_v3_document(
+    group: str, version: str, crds: frozenset[str] | set[str] = frozenset()
+) -> dict[str, Any] | None:
     """A minimal OpenAPI v3 document: enough for kubectl to learn that the server validates fields itself.
 
     kubectl looks for the ``fieldValidation`` query parameter on the resource's PATCH operation; when it finds it,
     it sends ``fieldValidation=Strict`` and leaves the checking to the server instead of validating client-side.
     """
-    members = [r for r in RESOURCES if r.group == group and r.version == version]
+    members = [r for r in RESOURCES if r.group == group and r.version == version and served(r, crds)]
     if not members:
         return None
     paths: dict[str, Any] = {}

@@ -223,6 +223,8 @@ class SimRequestHandler(BaseHTTPRequestHandler):
                 self._control(method, path, raw)
                 return
             target = self._target(path)
+            if target is not None and not res.served(target[0], cluster.crds):
+                raise ApiError(404, "the server could not find the requested resource", details={})
             verb, resource = self._classify(method, target, query, path)
             cluster.count_request(verb, resource, self.headers.get("User-Agent") or "", token)
             cluster.before_request(path)
@@ -312,6 +314,7 @@ class SimRequestHandler(BaseHTTPRequestHandler):
 
     def _discovery(self, path: str) -> None:
         host, port = self.server.server_address[:2]
+        crds = self.server.cluster.crds
         doc: Any = None
         if path == "/version":
             doc = res.SERVER_VERSION
@@ -321,20 +324,20 @@ class SimRequestHandler(BaseHTTPRequestHandler):
         elif path == "/api":
             doc = res.api_versions(f"{host}:{port}")
         elif path == "/api/v1":
-            doc = res.api_resource_list("", "v1")
+            doc = res.api_resource_list("", "v1", crds)
         elif path == "/apis":
-            doc = res.api_group_list()
+            doc = res.api_group_list(crds)
         elif path.startswith("/apis/"):
             parts = path.split("/")[2:]
-            doc = res.api_group(parts[0]) if len(parts) == 1 else res.api_resource_list(parts[0], parts[1])
+            doc = res.api_group(parts[0], crds) if len(parts) == 1 else res.api_resource_list(parts[0], parts[1], crds)
         elif path == "/openapi/v3":
-            doc = res.openapi_v3_root()
+            doc = res.openapi_v3_root(crds)
         elif path.startswith("/openapi/v3/"):
             parts = path[len("/openapi/v3/") :].split("/")
             if parts[0] == "api" and len(parts) == 2:
-                doc = res.openapi_v3_document("", parts[1])
+                doc = res.openapi_v3_document("", parts[1], crds)
             elif parts[0] == "apis" and len(parts) == 3:
-                doc = res.openapi_v3_document(parts[1], parts[2])
+                doc = res.openapi_v3_document(parts[1], parts[2], crds)
         if doc is None:
             raise ApiError(404, "the server could not find the requested resource", details={})
         self._send_json(200, doc)

@@ -597,8 +597,15 @@ class Simulation:
         if "not_ready" in faults:
             return  # the kubelet is down: the pod stays Pending until the fault clears
         ds_entry = self.store.get("daemonsets", *state.ds_key)
-        config = self.plugin_config(ds_entry.obj if ds_entry else {}, state.node)
         containers = pod["spec"].get("containers") or [{}]
+        # The device plugin and its MPS control daemon (NVIDIA's chart deploys them together) take the plugin's
+        # faults and config; any other DaemonSet's pod just runs.
+        plugin_side = is_device_plugin(pod) or _is_mps_daemon(containers)
+        faults = pod_faults(faults, state.ds_key[1], plugin_side)
+        if not plugin_side:
+            self._start_other(state, pod, faults)
+            return
+        config = self.plugin_config(ds_entry.obj if ds_entry else {}, state.node)
         image = containers[0].get("image", "")
         state.started = True
         started_at = now()
@@ -647,6 +654,29 @@ class Simulation:
             delay += self.capacity_spread * index / total if len(self.node_order) > 1 else 0.0
             epoch = state.epoch
             self.schedule(delay, lambda: self._report_capacity(state, config, epoch))
+
+    def _start_other(self, state: PodState, pod: dict[str, Any], faults: dict[str, dict[str, Any]]) -> None:
+        """A pod of a DaemonSet that is not a device plugin (the DCGM exporter, say): it runs and becomes Ready, and
+        reports no capacity; the image_pull and crash_loop faults that name its DaemonSet reach it."""
+        containers = pod["spec"].get("containers") or [{}]
+        image = containers[0].get("image", "")
+        state.started = True
+        started_at = now()
+        if "image_pull" in faults:
+            message = (
+                f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and unpack '
+                f'image "{image}": failed to resolve reference "{image}": {image}: not found'
+            )
+            self._event(pod, "Failed", message, "Warning", "kubelet")
+            self._set_pod_status(state, _pending_status(pod, containers, "ImagePullBackOff", message))
+            return
+        state.log = [_klog("I", "main.go:100", f"Starting {containers[0].get('name', 'container')}")]
+        if "crash_loop" in faults:
+            state.previous_log = [*state.log, _klog("E", "main.go:120", "fatal error, exiting")]
+            self._crash(state, started_at)
+            return
+        state.ready = True
+        self._set_pod_status(state, _running_status(pod, containers, started_at))
 
     def _crash(self, state: PodState, started_at: str) -> None:
         pod = self._live_pod(state)
@@ -804,7 +834,7 @@ class Simulation:
                 _klog(
                     "I",
                     "health.go:159",
-                    f"XidCriticalError: Xid=79 on Device=GPU-{state.uid[:8]}-"
+                    f"XidCriticalError: Xid={faults['unhealthy'].get('xid', 79)} on Device=GPU-{state.uid[:8]}-"
                     "0000-0000-0000-000000000000; marking device as unhealthy.",
                 )
             )
@@ -1026,6 +1056,27 @@ def _mps_wait_lines() -> list[str]:
         ),
         _klog("I", "main.go:302", "Failed to start one or more plugins. Retrying in 30s..."),
     ]
+
+
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+
+
+def is_device_plugin(pod: dict[str, Any]) -> bool:
+    """A device plugin registers with the kubelet through its socket folder: a pod that mounts it from the host is one
+    (it reports capacity); any other DaemonSet pod just runs."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return any(((v.get("hostPath") or {}).get("path") or "").rstrip("/") == DEVICE_PLUGIN_DIR for v in volumes)
+
+
+def pod_faults(faults: dict[str, dict[str, Any]], daemonset: str, device_plugin: bool) -> dict[str, dict[str, Any]]:
+    """The node's faults that reach a DaemonSet's pod: a fault whose ``daemonset`` parameter names a DaemonSet reaches
+    only that DaemonSet's pods; one without it reaches the device plugin's (the faults are about the plugin)."""
+    out = {}
+    for name, params in faults.items():
+        target = params.get("daemonset")
+        if (target is None and device_plugin) or target == daemonset:
+            out[name] = params
+    return out
 
 
 def _placement(node: dict[str, Any]) -> tuple[Any, ...]:

@@ -56,9 +56,12 @@ def changed_paths(before, after, prefix: str = "") -> list[str]:
     return []
 
 
-def apply_object(client, obj: dict, field_manager: str, force: bool, dry_run: bool) -> dict:
-    """Server-side apply one object; returns a result entry with the before and after objects."""
-    path = object_path(obj)
+def apply_object(client, obj: dict, field_manager: str, force: bool, dry_run: bool, path: str | None = None) -> dict:
+    """Server-side apply one object; returns a result entry with the before and after objects.
+
+    ``path``: where the object lives, for kinds this module's manifests do not know (kubegpu.node.dcgm_exporter).
+    """
+    path = path or object_path(obj)
     before = client.get_or_none(path)
     query = {"fieldManager": field_manager, "force": "true" if force else "false"}
     if dry_run:
@@ -90,9 +93,9 @@ def owned_by_us(obj: dict) -> bool:
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
-def delete_object(client, target: dict, dry_run: bool) -> dict:
+def delete_object(client, target: dict, dry_run: bool, path: str | None = None) -> dict:
     """Delete one object if it exists and carries this collection's managed-by label."""
-    path = object_path(target)
+    path = path or object_path(target)
     entry = {
         "kind": target["kind"],
         "name": target["metadata"]["name"],

@@ -56,6 +56,8 @@ PLUGIN_ARG_SPEC = dict(
     expected_gpus=dict(type="dict"),
     expected_resources=dict(type="dict"),
     nodes=dict(type="list", elements="str"),
+    # GPU health (kubegpu.node.gpu_health): node -> what is known to be wrong with its GPUs, for the diagnosis.
+    known_unhealthy=dict(type="dict", default={}),
 )
 
 ARGUMENT_SPEC = dict(PLUGIN_ARG_SPEC, **AUTH_ARG_SPEC)

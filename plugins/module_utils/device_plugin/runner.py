@@ -149,7 +149,7 @@ def _present(module, client, result: dict) -> None:
         result["daemonset"] = _daemonset_status(client.get_or_none(object_path(objects[-1]), deadline=client.clock()))
     if outcome["done"]:
         return
-    diagnosis = diagnose_timeout(client, tracker, params["namespace"], params["name"])
+    diagnosis = diagnose_timeout(client, tracker, params["namespace"], params["name"], params.get("known_unhealthy"))
     result["diagnosis"] = diagnosis
     _count_requests(client, result)
     done = sum(1 for state in tracker.states.values() if state["done"])

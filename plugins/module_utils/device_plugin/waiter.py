@@ -284,8 +284,26 @@ def _daemonset_create_failure(client, namespace: str, daemonset: str) -> str | N
     return newest.get("message") or None
 
 
-def diagnose_timeout(client, tracker: CapacityWait, namespace: str, daemonset: str | None = None) -> list:
-    """One message per node not done: a single pod list, then logs of at most MAX_LOGS failing pods."""
+def diagnose_timeout(
+    client, tracker: CapacityWait, namespace: str, daemonset: str | None = None, known_unhealthy: dict | None = None
+) -> list:
+    """One message per node not done: a single pod list, then logs of at most MAX_LOGS failing pods.
+
+    ``known_unhealthy``: node -> what the GPU health check found (kubegpu.node.gpu_health), added to its message.
+    """
+    messages = _diagnose_timeout(client, tracker, namespace, daemonset)
+    if not tracker.states:
+        return messages
+    # One message per pending node, in sorted order, as _diagnose_timeout writes them.
+    return [_with_known(message, name, known_unhealthy) for name, message in zip(sorted(tracker.pending), messages)]
+
+
+def _with_known(message: str, name: str, known_unhealthy: dict | None) -> str:
+    known = (known_unhealthy or {}).get(name)
+    return f"{message}; GPU health check: {known}" if known else message
+
+
+def _diagnose_timeout(client, tracker: CapacityWait, namespace: str, daemonset: str | None = None) -> list:
     if not tracker.states:
         if tracker.fixed_targets is None:
             return ["no node matches the plugin's node_selector, affinity and tolerations, so none can report GPUs"]

@@ -1,0 +1,51 @@
+# Copyright: contributors to the kubegpu.node collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# The action kubegpu.node.gpu_health: reads a GPU node once (nvidia-smi -q -x, the kernel log's Xid lines since boot,
+# NVIDIA GPUs on the PCI bus) in one shell command, and judges it on the controller. It changes nothing on the node.
+# Documentation: plugins/modules/gpu_health.py; the decisions: plugins/plugin_utils/_gpu_health.py.
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _gpu_health as gh
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction
+
+ARGUMENT_SPEC: dict[str, Any] = {
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "kernel_log_file": {"type": "str", "default": ""},
+    "pci_devices_dir": {"type": "str", "default": "/sys/bus/pci/devices"},
+    "max_xid_lines": {"type": "int", "default": 2000},
+    "ignore_xids": {"type": "list", "elements": "int", "default": []},
+}
+
+
+class ActionModule(NodeAction):
+    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        del tmp
+        self._vars = task_vars or {}
+        _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
+        if args["max_xid_lines"] < 1:
+            return {**result, "failed": True, "msg": "max_xid_lines must be 1 or more"}
+        # One round trip, also in check mode: the read changes nothing.
+        outcome = self.command(
+            [
+                "sh",
+                "-c",
+                gh.READ_SCRIPT,
+                "gpu_health",
+                args["nvidia_smi"],
+                args["kernel_log_file"],
+                args["pci_devices_dir"],
+                str(args["max_xid_lines"]),
+            ]
+        )
+        try:
+            health = gh.judge(outcome["stdout"], args["ignore_xids"])
+        except gh.HealthReadError as exc:
+            said = " ".join(outcome["stderr"].split())[:300]
+            return {**result, "failed": True, "msg": f"{exc} (exit {outcome['rc']}{': ' + said if said else ''})"}
+        result.update(changed=False, gpu_health=health, msg=health["summary"])
+        return result
