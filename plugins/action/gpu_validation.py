@@ -254,6 +254,7 @@ class ActionModule(ActionBase):
                 verdict = health.get(row["node"])
                 row["health"] = str(verdict.get("brief") or "") if isinstance(verdict, Mapping) else "not checked"
             judged["columns"].append("health")
+        judged["table"] = gv.table(judged["rows"], judged["columns"])
         failed = judged["failed_nodes"]
         judged["message"] = gv.failure_message(failed, error) if (failed or error) else ""
         return judged

@@ -216,6 +216,17 @@ rows:
   returned: step is rows
   type: list
   elements: dict
+columns:
+  description: C(rows). The rows' keys in the order the table shows them.
+  returned: step is rows
+  type: list
+  elements: str
+table:
+  description: C(rows). The rows as aligned text lines, a header first (site.yml prints them).
+  returned: step is rows
+  type: list
+  elements: str
+  sample: ["NODE    GPUS  HOST  CONTAINER  POD  SCHEDULING", "gpu-1   8     ok    ok         ok   ok"]
 records:
   description: C(rows). Per node, the validation record to write, or null to remove it.
   returned: step is rows

@@ -186,8 +186,8 @@ options:
         shares it (time-slicing of a C(nvidia.com/mig-*) resource, C(renameByDefault)), with allocatable equal to
         capacity.
       - The wait covers these nodes, plus those of O(expected_gpus) or O(nodes); a node named twice follows this
-        option. The filter C(kubegpu.node.gpu_mig_resources) computes a node's entry from the
-        C(kubegpu.node.gpu_mig) role's facts.
+        option. C(kubegpu.node.site) computes each node's entry from the C(kubegpu.node.gpu_mig) role's
+        facts.
     type: dict
   nodes:
     description:
