@@ -30,19 +30,13 @@ description:
     to write.
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
+  - kubegpu.node.attributes.reads_only
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
   check_mode:
-    support: full
-    description: It changes nothing; C(rows) marks the cluster checks as not run in check mode.
-  diff_mode:
-    support: none
-    description: It changes nothing.
-  idempotent:
-    support: full
-    description: It changes nothing.
+    details: It changes nothing; C(rows) marks the cluster checks as not run in check mode.
 options:
   step:
     description: Which decision to make.
