@@ -23,10 +23,11 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 class ActionModule(NodeAction):
     argument_spec = ARGUMENT_SPEC
+    failures = (gh.HealthReadError, ValueError)
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         if args["max_xid_lines"] < 1:
-            return {"failed": True, "msg": "max_xid_lines must be 1 or more"}
+            raise ValueError("max_xid_lines must be 1 or more")
         # One round trip, also in check mode: the read changes nothing.
         outcome = self.command(
             [
@@ -44,5 +45,5 @@ class ActionModule(NodeAction):
             health = gh.judge(outcome["stdout"], args["ignore_xids"])
         except gh.HealthReadError as exc:
             said = " ".join(outcome["stderr"].split())[:300]
-            return {"failed": True, "msg": f"{exc} (exit {outcome['rc']}{': ' + said if said else ''})"}
+            raise gh.HealthReadError(f"{exc} (exit {outcome['rc']}{': ' + said if said else ''})") from None
         return {"changed": False, "gpu_health": health, "msg": health["summary"]}

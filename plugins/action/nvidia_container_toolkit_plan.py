@@ -42,9 +42,12 @@ ARGUMENT_SPEC: dict[str, Any] = {
 class ActionModule(NodeAction):
     # Reads only through commands: no remote temporary folder is made (three round trips saved).
     TRANSFERS_FILES = False
+
     argument_spec = ARGUMENT_SPEC
     failures = (tk.Refusal, NodeError, ValueError)
-    failures_name_the_host = True
+
+    def failure_message(self, exc: Exception) -> str:
+        return self.host_failure_message(exc)
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         facts = self._vars.get("ansible_facts", {})

@@ -46,9 +46,12 @@ ARGUMENT_SPEC: dict[str, Any] = {
 class ActionModule(NodeAction):
     # Reads only through commands and modules: no remote temporary folder is made (three round trips saved).
     TRANSFERS_FILES = False
+
     argument_spec = ARGUMENT_SPEC
     failures = (nd.Refusal, NodeError, ValueError)
-    failures_name_the_host = True
+
+    def failure_message(self, exc: Exception) -> str:
+        return self.host_failure_message(exc)
 
     def _inputs(self, args: dict[str, Any]) -> nd.Inputs:
         facts = self._vars.get("ansible_facts", {})

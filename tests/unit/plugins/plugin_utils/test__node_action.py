@@ -56,6 +56,11 @@ class Planner(NodeAction):
         return {"changed": False, "args": args}
 
 
+class HostPlanner(Planner):
+    def failure_message(self, exc: Exception) -> str:
+        return self.host_failure_message(exc)
+
+
 def test_the_frame_validates_the_options_and_hands_them_over():
     action = make(Planner, {"name": "a", "n": "3"})
     assert action.run(task_vars={"inventory_hostname": "gpu-1"}) == {
@@ -70,12 +75,8 @@ def test_the_frame_validates_the_options_and_hands_them_over():
 def test_the_failures_become_the_message_and_the_folder_is_removed_in_every_case():
     action = make(Planner, {"name": "refuse"})
     assert action.run(task_vars={"inventory_hostname": "gpu-1"}) == {"failed": True, "msg": "the plan refuses"}
-    Planner.failures_name_the_host = True
-    try:
-        named = make(Planner, {"name": "refuse"}).run(task_vars={"inventory_hostname": "gpu-1"})
-    finally:
-        Planner.failures_name_the_host = False
-    assert named["msg"] == "gpu-1: the plan refuses"
+    named = make(HostPlanner, {"name": "refuse"}).run(task_vars={"inventory_hostname": "gpu-1"})
+    assert named == {"failed": True, "msg": "gpu-1: the plan refuses"}
     bug = make(Planner, {"name": "bug"})
     with pytest.raises(KeyError):
         bug.run(task_vars={})
