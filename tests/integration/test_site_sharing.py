@@ -93,7 +93,7 @@ def test_a_mig_layout_is_held_for_the_drain_window_and_its_resources_waited_for(
         assert completed.returncode == 0, output
         # Held back in the batch, applied inside the drain window (the node was cordoned and drained for it).
         assert "MIG layout all-balanced is not applied yet: gpu_mig_apply is false" in output
-        assert "TASK [Cordon and drain node mig-1]" in output
+        assert "TASK [Cordon the node, with a record of why (annotation kubegpu.node/cordon), mig-1]" in output
         window = output.split("TASK [Apply the MIG layout (held back, or cleared by the reboot)]", 1)[1]
         assert re.search(
             r"TASK \[kubegpu.node.gpu_mig : Apply MIG layout all-balanced\] \**\nchanged: \[mig-1\]", window
@@ -119,7 +119,7 @@ def test_a_mig_layout_is_held_for_the_drain_window_and_its_resources_waited_for(
         # A second run finds the layout there: nothing held back, no drain window.
         again = run_site(ansible, {"mig-1": node.host_vars(gpu_mig_layout="all-balanced")}, kubeconfig)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert "TASK [Cordon and drain node" not in again.stdout
+        assert "TASK [Cordon the node" not in again.stdout and "TASK [Drain node" not in again.stdout
         assert node.instances() == [9, 14, 19, 19]
 
 
