@@ -1,6 +1,7 @@
 """kubelet_feature_gates reads the node's files in one command; the lines it gets back end in "\r\n" over SSH with
 become, where Ansible runs the command in a terminal (ssh -tt). The demo's kubelet plan on node 2 failed on it: every
-provisioner marker read as present, so the kubelet's fix was refused as a kops node's."""
+provisioner marker read as present, so the kubelet's fix was refused as a kops node's. The read goes through
+NodeAction.command, which gives the parsers the command's own line ends; only the connection is stood in for."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from ansible_collections.kubegpu.node.plugins.action.kubelet_feature_gates impor
 def _action(tmp_path, line_end: str) -> ActionModule:
     action = ActionModule.__new__(ActionModule)
 
-    def command(argv: list[str]) -> dict[str, Any]:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tmp_path)
+    def execute(cmd: str) -> dict[str, Any]:
+        # What the connection hands back: the shell's output, its lines ended as the connection ends them.
+        done = subprocess.run(cmd, shell=True, capture_output=True, text=True, check=False, cwd=tmp_path)
         return {"rc": done.returncode, "stdout": done.stdout.replace("\n", line_end), "stderr": done.stderr}
 
-    action.command = command  # type: ignore[method-assign]
+    action._low_level_execute_command = execute  # type: ignore[method-assign]
     return action
 
 
