@@ -41,8 +41,9 @@ save smi nvidia-smi
 save smi-L nvidia-smi -L
 save smi-q nvidia-smi -q
 save smi-q-x-dtd nvidia-smi -q -x --dtd
-save query-driver-units nvidia-smi --query-gpu=index,name,uuid,memory.total,pci.bus_id,compute_cap --format=csv
-save query-driver nvidia-smi --query-gpu=index,name,uuid,memory.total,pci.bus_id,compute_cap --format=csv,noheader,nounits
+fields=index,name,uuid,memory.total,pci.bus_id,compute_cap
+save query-driver-units nvidia-smi --query-gpu=$fields --format=csv
+save query-driver nvidia-smi --query-gpu=$fields --format=csv,noheader,nounits
 save query-validation nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader
 save mig-lgip nvidia-smi mig -lgip
 save mig-lgipp nvidia-smi mig -lgipp
@@ -55,16 +56,21 @@ save proc-version cat /proc/driver/nvidia/version
 save sys-version cat /sys/module/nvidia/version
 save modinfo modinfo nvidia
 save devices sh -c 'ls -l /dev/nvidia* /dev/nvidia-caps /dev/char 2>&1 | head -200'
-save pci sh -c 'for d in /sys/bus/pci/devices/*; do printf "%s %s %s %s\n" "${d##*/}" "$(cat $d/vendor)" "$(cat $d/device)" "$(cat $d/class)"; done'
+save pci sh -c 'for d in /sys/bus/pci/devices/*; do
+  printf "%s %s %s %s\n" "${d##*/}" "$(cat $d/vendor)" "$(cat $d/device)" "$(cat $d/class)"; done'
 save kernel-nvrm sh -c 'dmesg 2>&1 | grep -E "NVRM|nvidia" | tail -50'
-save os sh -c 'uname -a; cat /etc/os-release; command -v dpkg-query && dpkg-query -W -f="\${Package} \${Version}\n" "*nvidia*" "*cuda-drivers*" 2>/dev/null'
+save os sh -c 'uname -a; cat /etc/os-release
+  command -v dpkg-query && dpkg-query -W -f="\${Package} \${Version}\n" "*nvidia*" "*cuda-drivers*" 2>/dev/null'
 phase idle
 py=$(command -v python3)
 "$py" -c 'import torch, time, sys
 x = torch.empty(1 << 28, dtype=torch.float32, device="cuda"); torch.cuda.synchronize()
 print("holding", x.numel() * 4, flush=True); sys.stdout.close(); time.sleep(300)' >"$cap/busy-holder.out" 2>&1 &
 holder=$!
-i=0; while [ $i -lt 60 ] && kill -0 "$holder" 2>/dev/null && ! grep -q holding "$cap/busy-holder.out" 2>/dev/null; do sleep 1; i=$((i+1)); done
+i=0
+while [ $i -lt 60 ] && kill -0 "$holder" 2>/dev/null && ! grep -q holding "$cap/busy-holder.out" 2>/dev/null; do
+  sleep 1; i=$((i+1))
+done
 echo "$holder" >busy-holder.pid
 phase busy
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
@@ -76,7 +82,7 @@ ls -l "$cap" >"$out/listing.txt"
 
 def emit(target: Path) -> None:
     sys.path.insert(0, str(ROOT / ".tmp" / "collections"))
-    from ansible_collections.kubegpu.node.plugins.plugin_utils import (  # noqa: PLC0415 (the collection path first)
+    from ansible_collections.kubegpu.node.plugins.plugin_utils import (
         _gpu_health,
         _nvidia_container_toolkit,
         _nvidia_driver,
