@@ -254,13 +254,13 @@ def test_projected_seconds_takes_the_longest_bound_of_each_play():
     assert total == pytest.approx(60 + 500 + 4 * 312.5 + 125)
     assert parts[1] == "batch play: 4 x max(250, 250, 312) s"
     # More cores: the latency and the main process bound it.
-    total16, _ = fleet.projected_seconds(model, hosts=1000, forks=50, serial_pct=25, cores=16)
+    total16, _parts = fleet.projected_seconds(model, hosts=1000, forks=50, serial_pct=25, cores=16)
     assert total16 == pytest.approx(60 + 400 + 4 * 250 + 100)
 
 
 def test_projected_seconds_with_few_hosts_keeps_one_host_a_batch():
     model = {"main_ms": 1.0, "work_ms": 1.0, "latency_s": 1.0, "tasks_per_play": {"batch play": 10}, "cluster_s": 0}
-    total, _ = fleet.projected_seconds(model, hosts=2, forks=2, serial_pct=25, cores=2)
+    total, _parts = fleet.projected_seconds(model, hosts=2, forks=2, serial_pct=25, cores=2)
     # 25% of 2 hosts rounds down to none: one host a batch, two batches of 10 tasks of 1 s.
     assert total == pytest.approx(20)
 
