@@ -22,13 +22,12 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 
 class ActionModule(NodeAction):
-    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        del tmp
-        self._vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
+    argument_spec = ARGUMENT_SPEC
+    failures = (gh.HealthReadError, ValueError)
+
+    def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         if args["max_xid_lines"] < 1:
-            return {**result, "failed": True, "msg": "max_xid_lines must be 1 or more"}
+            raise ValueError("max_xid_lines must be 1 or more")
         # One round trip, also in check mode: the read changes nothing.
         outcome = self.command(
             [
@@ -46,6 +45,5 @@ class ActionModule(NodeAction):
             health = gh.judge(outcome["stdout"], args["ignore_xids"])
         except gh.HealthReadError as exc:
             said = " ".join(outcome["stderr"].split())[:300]
-            return {**result, "failed": True, "msg": f"{exc} (exit {outcome['rc']}{': ' + said if said else ''})"}
-        result.update(changed=False, gpu_health=health, msg=health["summary"])
-        return result
+            raise gh.HealthReadError(f"{exc} (exit {outcome['rc']}{': ' + said if said else ''})") from None
+        return {"changed": False, "gpu_health": health, "msg": health["summary"]}

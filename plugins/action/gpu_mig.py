@@ -44,18 +44,8 @@ RESET_HINT = (
 
 
 class ActionModule(NodeAction):
-    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        del tmp
-        self._vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
-        try:
-            result.update(self._run(args))
-        except (mig.MigError, NodeError) as exc:
-            result.update(failed=True, msg=str(exc))
-        finally:
-            self.cleanup()
-        return result
+    argument_spec = ARGUMENT_SPEC
+    failures = (mig.MigError, NodeError)
 
     def _read(self, nvidia_smi: str) -> dict[str, Any]:
         outcome = self.command(["sh", "-c", READ_SCRIPT, "kubegpu-mig-read", nvidia_smi])

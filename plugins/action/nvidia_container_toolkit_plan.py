@@ -43,19 +43,11 @@ class ActionModule(NodeAction):
     # Reads only through commands: no remote temporary folder is made (three round trips saved).
     TRANSFERS_FILES = False
 
-    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        del tmp
-        self._vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
-        host = self._vars.get("inventory_hostname", "the node")
-        try:
-            result.update(self._run(args))
-        except (tk.Refusal, NodeError, ValueError) as exc:
-            result.update(failed=True, msg=f"{host}: {exc}")
-        finally:
-            self.cleanup()
-        return result
+    argument_spec = ARGUMENT_SPEC
+    failures = (tk.Refusal, NodeError, ValueError)
+
+    def failure_message(self, exc: Exception) -> str:
+        return self.host_failure_message(exc)
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         facts = self._vars.get("ansible_facts", {})

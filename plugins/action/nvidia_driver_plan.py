@@ -47,21 +47,11 @@ class ActionModule(NodeAction):
     # Reads only through commands and modules: no remote temporary folder is made (three round trips saved).
     TRANSFERS_FILES = False
 
-    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        del tmp
-        self._vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
-        host = self._vars.get("inventory_hostname", "the node")
-        try:
-            result.update(self._run(args))
-        except nd.Refusal as exc:
-            result.update(failed=True, msg=f"{host}: {exc}")
-        except (NodeError, ValueError) as exc:
-            result.update(failed=True, msg=f"{host}: {exc}")
-        finally:
-            self.cleanup()
-        return result
+    argument_spec = ARGUMENT_SPEC
+    failures = (nd.Refusal, NodeError, ValueError)
+
+    def failure_message(self, exc: Exception) -> str:
+        return self.host_failure_message(exc)
 
     def _inputs(self, args: dict[str, Any]) -> nd.Inputs:
         facts = self._vars.get("ansible_facts", {})

@@ -31,7 +31,8 @@ class NodeAction(ActionBase):
 
     An action sets `argument_spec` and `failures` (the exceptions whose text is the task's failure message) and
     implements `_run(args)`, which returns the task's result. The frame validates the arguments, turns those
-    exceptions into `failed` with their message, and removes the task's temporary folder on the node in every case.
+    exceptions into `failed` with their message (`failure_message`, which an action may word otherwise), and removes
+    the task's temporary folder on the node in every case.
     """
 
     TRANSFERS_FILES = True
@@ -48,13 +49,20 @@ class NodeAction(ActionBase):
         try:
             result.update(self._run(args))
         except self.failures as exc:
-            result.update(failed=True, msg=str(exc))
+            result.update(failed=True, msg=self.failure_message(exc))
         finally:
             self.cleanup()
         return result
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def failure_message(self, exc: Exception) -> str:
+        return str(exc)
+
+    def host_failure_message(self, exc: Exception) -> str:
+        """The failure message after the host's name, for the actions whose refusals read as sentences about it."""
+        return f"{self._vars.get('inventory_hostname', 'the node')}: {exc}"
 
     @staticmethod
     def step(name: str) -> None:

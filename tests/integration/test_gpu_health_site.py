@@ -14,19 +14,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 from kubesim import SimCluster, SimNode
-from test_site_playbook import NVIDIA_FACT, REPO, _run_site
+from test_site_playbook import NVIDIA_FACT, _run_site
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "plugins" / "plugin_utils" / "fixtures" / "gpu_health"
 BUSES = ("0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0")
 SKIP = "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet"
-
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
 
 def _host(tmp_path: Path, name: str, xml: str, kernel: str = "") -> dict:
@@ -73,7 +68,7 @@ def _table(output: str) -> dict:
     return rows
 
 
-def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(tmp_path):
+def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(ansible, tmp_path):
     xid = "kernel: NVRM: Xid (PCI:0000:47:00): 48, pid=1, name=python3, An uncorrectable double bit error (DBE)\n"
     hosts = {
         "gpu-a": _host(tmp_path, "gpu-a", "smi_healthy.xml"),
@@ -96,7 +91,7 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(tmp
     extra = {"kubegpu_gpu_health_taint": "failed"}
     with SimCluster(nodes=nodes, capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        run = _run_site(tmp_path, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env, skip_tags=SKIP)
+        run = _run_site(ansible, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env, skip_tags=SKIP)
         output = run.stdout + run.stderr
         assert run.returncode == 0, output
         # Reported in the play's output, written to the local facts.
@@ -142,9 +137,9 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(tmp
         cluster.delete_object("Pod", "train", "default")
 
         # A second run changes nothing.
-        again = _run_site(tmp_path, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env, skip_tags=SKIP)
+        again = _run_site(ansible, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env, skip_tags=SKIP)
         assert again.returncode == 0, again.stdout
-        assert "changed=0" in again.stdout and "changed=1" not in again.stdout, again.stdout
+        assert again.unchanged(["gpu-a", "gpu-b"]) == [], again.stdout
 
         # The GPU is healthy again (reset): check mode says so and changes nothing...
         (tmp_path / "gpu-b" / "smi.xml").write_text((FIXTURES / "smi_healthy.xml").read_text())
@@ -155,25 +150,18 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(tmp
             (device / "vendor").write_text("0x10de\n")
             (device / "class").write_text("0x030200\n")
         version = cluster.get_object("Node", "gpu-b")["metadata"]["resourceVersion"]
-        check = subprocess.run(
-            [
-                "ansible-playbook",
-                str(REPO / "playbooks" / "site.yml"),
-                "-i",
-                str(tmp_path / "inventory.yml"),
-                "--check",
-                "--diff",
-                "--tags",
-                "gpu_health",
-                "-e",
-                f"kubegpu_kubeconfig={kubeconfig}",
-            ],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **env, "ANSIBLE_NOCOLOR": "true"},
+        check = ansible.playbook(
+            ansible.site,
+            "--check",
+            "--diff",
+            "--tags",
+            "gpu_health",
+            "-e",
+            f"kubegpu_kubeconfig={kubeconfig}",
+            inventory=tmp_path / "inventory.yml",
+            env=env,
+            skip_chain=False,
             timeout=240,
-            check=False,
-            cwd=tmp_path,
         )
         assert check.returncode == 0, check.stdout + check.stderr
         assert "healthy: 8 GPU(s)" in check.stdout
@@ -184,7 +172,7 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(tmp
         assert json.loads((tmp_path / "gpu-b" / "facts" / "nvidia_health.fact").read_text())["verdict"] == "failed"
         # ...and a real run removes every mark, leaving the node as before the first run.
         healed = _run_site(
-            tmp_path, hosts, kubeconfig, tags="gpu_health", extra_vars=extra, env_extra=env, skip_tags=SKIP
+            ansible, hosts, kubeconfig, tags="gpu_health", extra_vars=extra, env_extra=env, skip_tags=SKIP
         )
         assert healed.returncode == 0, healed.stdout
         node_b = cluster.get_object("Node", "gpu-b")

@@ -10,10 +10,10 @@ import json
 import subprocess
 
 import pytest
-from conftest import daemonset, server_side_apply
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubesim import SimCluster, SimNode
+from sim_objects import daemonset, server_side_apply
 
 EXPORTER = {
     "apiVersion": "apps/v1",
