@@ -5,6 +5,7 @@
     python bench/fleet.py report RUN-DIR... [--cores 4 8 16]
     python bench/fleet.py roundtrips LOG [--inventory demo/inventory.yml]
     python bench/fleet.py marks NODE-JSON NAME
+    python bench/fleet.py profile PROF... [--top 15]
 
 `run` runs ansible-playbook in this process, so that it can account for the controller's time without changing what
 Ansible does:
@@ -22,7 +23,8 @@ It writes OUT/run.json (the summary) and OUT/tasks.jsonl (one line per host and 
 goes to stdout as usual. `report` turns one or more run directories into the tables and the projection of
 bench/RESULTS.md; `roundtrips` counts SSH round trips per host, play, role and task in a `-vvv` log (make demo with
 DEMO_VERBOSE=1); `marks` prints, for another node, what this collection's field managers applied to a converged node
-(one server-side apply document per manager), so that a clone's Node carries what a converge left on it.
+(one server-side apply document per manager), so that a clone's Node carries what a converge left on it; `profile`
+sums cProfile files (run --profile-main/--profile-host) by the part of Ansible or Python the time was spent in.
 """
 
 from __future__ import annotations
@@ -715,6 +717,79 @@ def roundtrips_report(path: Path, addresses: dict[str, str]) -> str:
     return "\n\n".join(out)
 
 
+# ----- cProfile files, by area -----------------------------------------------------------------------------------
+
+# (area, substrings of a function's file, the first that matches wins): the parts of Ansible and Python a no-op run's
+# controller time goes to.
+AREAS = [
+    (
+        "Jinja2 templating (ansible.template, jinja2)",
+        ("/ansible/template/", "/ansible/_internal/_templating/", "/jinja2/"),
+    ),
+    ("variables and hostvars (ansible.vars)", ("/ansible/vars/",)),
+    ("module transfer (ansible.executor.module_common, zip)", ("module_common", "/zipfile")),
+    (
+        "the strategy and the task queue (ansible.plugins.strategy, executor)",
+        ("/ansible/plugins/strategy/", "/ansible/executor/"),
+    ),
+    ("the ssh connection (ansible.plugins.connection)", ("/ansible/plugins/connection/",)),
+    (
+        "action plugins on the controller (ansible.plugins.action, this collection's)",
+        ("/ansible/plugins/action/", "/kubegpu/node/plugins/"),
+    ),
+    (
+        "callbacks and display",
+        (
+            "/ansible/plugins/callback/",
+            "/ansible/utils/display",
+            "/ansible_collections/ansible/posix/plugins/callback/",
+        ),
+    ),
+    ("playbook objects (ansible.playbook: tasks, blocks, includes)", ("/ansible/playbook/",)),
+    ("YAML, JSON, pickling", ("/yaml/", "/json/", "pickle", "/_internal/_json/")),
+    (
+        "processes, pipes, queues (fork, multiprocessing, selectors)",
+        ("/multiprocessing/", "subprocess", "selectors", "threading", "queue"),
+    ),
+    (
+        "Kubernetes client (kubernetes.core, kubernetes, urllib3)",
+        ("/kubernetes/", "/kubernetes_core/", "/urllib3/", "/ansible_collections/kubernetes/"),
+    ),
+    ("other ansible", ("/ansible/",)),
+]
+
+
+def area(filename: str) -> str:
+    """The AREAS entry a function defined in `filename` belongs to; built-ins and the rest are 'other'."""
+    for name, parts in AREAS:
+        if any(part in filename for part in parts):
+            return name
+    return "other (Python built-ins, the standard library)"
+
+
+def profile_summary(paths: list[Path], top: int = 15) -> str:
+    """Own CPU time (tottime) of the profiled processes, by area, then the functions with the most own time."""
+    import pstats
+
+    stats = pstats.Stats(*[str(p) for p in paths])
+    by_area: dict[str, float] = defaultdict(float)
+    functions = []
+    total = 0.0
+    for (filename, line, name), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        by_area[area(filename)] += tottime
+        total += tottime
+        functions.append((tottime, f"{Path(filename).name}:{line} {name}", area(filename)))
+    rows = [
+        [name, f"{t:.2f}", f"{t / total * 100:.0f}%" if total else "-"]
+        for name, t in sorted(by_area.items(), key=lambda kv: -kv[1])
+    ]
+    rows.append(["all", f"{total:.2f}", "100%"])
+    out = [table(rows, ["area", "own CPU (s)", "share"], "lrr")]
+    fn_rows = [[f"`{fn}`", a, f"{t:.2f}"] for t, fn, a in sorted(functions, reverse=True)[:top]]
+    out.append(table(fn_rows, ["function", "area", "own CPU (s)"], "llr"))
+    return "\n\n".join(out)
+
+
 # ----- a converged node's marks, for its clones -----------------------------------------------------------------------
 
 
@@ -771,6 +846,9 @@ def main(argv: list[str] | None = None) -> int:
     mk = commands.add_parser("marks")
     mk.add_argument("node", type=Path, help="the converged node, as `kubectl get node NAME -o json` prints it")
     mk.add_argument("name", help="the clone's node name")
+    prof = commands.add_parser("profile")
+    prof.add_argument("files", nargs="+", type=Path)
+    prof.add_argument("--top", type=int, default=15)
     rt = commands.add_parser("roundtrips")
     rt.add_argument("log", type=Path)
     rt.add_argument("--inventory", type=Path, default=ROOT / "demo" / "inventory.yml")
@@ -788,6 +866,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "marks":
         for manager, doc in node_marks(json.loads(args.node.read_text()), args.name):
             print(json.dumps({"manager": manager, "document": doc}))
+        return 0
+    if args.command == "profile":
+        print(profile_summary(args.files, args.top))
         return 0
     if args.command == "run":
         return run_accounted(args.out, playbook_args, args.profile_host, args.profile_main)

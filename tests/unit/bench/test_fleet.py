@@ -317,3 +317,33 @@ def test_truthy_reads_run_once_as_ansible_does():
     assert fleet._truthy("yes")
     assert not fleet._truthy("false")
     assert not fleet._truthy(None)
+
+
+@pytest.mark.parametrize(
+    ("filename", "expected"),
+    [
+        ("/v/lib/python3.11/site-packages/jinja2/environment.py", "Jinja2 templating"),
+        ("/v/site-packages/ansible/_internal/_templating/_engine.py", "Jinja2 templating"),
+        ("/v/site-packages/ansible/vars/manager.py", "variables and hostvars"),
+        ("/v/site-packages/ansible/executor/module_common.py", "module transfer"),
+        ("/v/site-packages/ansible/executor/task_executor.py", "the strategy and the task queue"),
+        ("/c/ansible_collections/kubegpu/node/plugins/action/gpu_health.py", "action plugins on the controller"),
+        ("/c/ansible_collections/kubernetes/core/plugins/module_utils/k8s/client.py", "Kubernetes client"),
+        ("/v/site-packages/ansible/inventory/manager.py", "other ansible"),
+        ("~", "other (Python built-ins"),
+    ],
+)
+def test_area_names_where_a_function_belongs(filename, expected):
+    assert fleet.area(filename).startswith(expected)
+
+
+def test_profile_summary_sums_own_time_by_area(tmp_path):
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: sum(i * i for i in range(20000)))
+    profiler.dump_stats(str(tmp_path / "a.prof"))
+    out = fleet.profile_summary([tmp_path / "a.prof"], top=3)
+    assert out.splitlines()[0] == "| area | own CPU (s) | share |"
+    assert "| all |" in out
+    assert out.count("\n| `") == 3
