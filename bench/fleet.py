@@ -4,7 +4,7 @@
     python bench/fleet.py run OUT [--profile-host HOST] [--profile-main] -- ANSIBLE-PLAYBOOK-ARGS...
     python bench/fleet.py report RUN-DIR... [--cores 4 8 16]
     python bench/fleet.py roundtrips LOG [--inventory demo/inventory.yml]
-    python bench/fleet.py marks NODE-JSON NAME
+    python bench/fleet.py marks NODE-JSON NAME    (lines: MANAGER<tab>DOCUMENT)
     python bench/fleet.py profile PROF... [--top 15]
 
 `run` runs ansible-playbook in this process, so that it can account for the controller's time without changing what
@@ -865,7 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "marks":
         for manager, doc in node_marks(json.loads(args.node.read_text()), args.name):
-            print(json.dumps({"manager": manager, "document": doc}))
+            print(f"{manager}\t{json.dumps(doc)}")
         return 0
     if args.command == "profile":
         print(profile_summary(args.files, args.top))

@@ -77,7 +77,8 @@ demo_start_kubesim() {
   # shellcheck disable=SC2034 # for the caller
   demo_sim_pid=$!
   for _ in $(seq 50); do [ -s "$work/kubeconfig" ] && break; sleep 0.2; done
-  [ -s "$work/kubeconfig" ] || { echo "the simulated API server did not start:" >&2; cat "$work/kubesim.log" >&2; return 1; }
+  [ -s "$work/kubeconfig" ] \
+    || { echo "the simulated API server did not start:" >&2; cat "$work/kubesim.log" >&2; return 1; }
   export KUBECONFIG="$work/kubeconfig"
   # shellcheck disable=SC2034 # for the caller
   demo_sim_url=$(kubectl config view -o jsonpath='{.clusters[0].cluster.server}')
@@ -90,7 +91,8 @@ demo_start_kubesim() {
 demo_prepare() {
   local work=$1 inventory=$2 node=$3 kernel
   shift 3
-  ansible-playbook -i "$inventory" "$root/demo/prepare.yml" -e "demo_ssh_public_key='$(cat "$work/ssh/id_ed25519.pub")'" \
+  ansible-playbook -i "$inventory" "$root/demo/prepare.yml" \
+    -e "demo_ssh_public_key='$(cat "$work/ssh/id_ed25519.pub")'" \
     -e "demo_known_hosts=$work/ssh/known_hosts" "$@" >"$work/prepare.log" || { cat "$work/prepare.log"; return 1; }
   kernel=$(podman exec "$node" sh -c 'ls /lib/modules | grep -- -amd64 | sort -V | tail -n 1')
   python - "$work/chain-vars.json" "$kernel" <<'PYTHON'

@@ -347,3 +347,15 @@ def test_profile_summary_sums_own_time_by_area(tmp_path):
     assert out.splitlines()[0] == "| area | own CPU (s) | share |"
     assert "| all |" in out
     assert out.count("\n| `") == 3
+
+
+def test_marks_command_prints_one_manager_and_document_a_line(tmp_path, capsys):
+    node = tmp_path / "golden.json"
+    node.write_text(json.dumps(GOLDEN))
+    assert fleet.main(["marks", str(node), "kubegpu-bench-node-02"]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [manager for manager, _doc in lines] == ["kubegpu.node-gpu-labels", "kubegpu.node-validation"]
+    assert json.loads(lines[1][1])["metadata"] == {
+        "name": "kubegpu-bench-node-02",
+        "annotations": {"kubegpu.node/validated": '{"driver": "580.95.05"}'},
+    }
