@@ -14,10 +14,10 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
-from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
 from ansible.utils.display import Display
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _gpu_validation as gv
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction
 
 display = Display()
 
@@ -94,22 +94,15 @@ def wait_for_pods(
     }
 
 
-class ActionModule(ActionBase):
+class ActionModule(NodeAction):
+    # Runs on the controller over what the play read from the API and the hosts: no connection, no temporary folder.
     TRANSFERS_FILES = False
     _requires_connection = False
+    argument_spec = ARGUMENT_SPEC
+    failures = (gv.ValidationError,)
 
-    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        del tmp
-        self._vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(ARGUMENT_SPEC)
-        step = args["step"]
-        try:
-            result.update(getattr(self, f"_{step}")(args))
-        except gv.ValidationError as exc:
-            result.update(failed=True, msg=str(exc))
-        result.setdefault("changed", False)
-        return result
+    def _run(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"changed": False, **getattr(self, f"_{args['step']}")(args)}
 
     # ----- what the hosts hold ------------------------------------------------------------------------------
 
@@ -254,6 +247,7 @@ class ActionModule(ActionBase):
                 verdict = health.get(row["node"])
                 row["health"] = str(verdict.get("brief") or "") if isinstance(verdict, Mapping) else "not checked"
             judged["columns"].append("health")
+        judged["table"] = gv.table(judged["rows"], judged["columns"])
         failed = judged["failed_nodes"]
         judged["message"] = gv.failure_message(failed, error) if (failed or error) else ""
         return judged

@@ -1,9 +1,8 @@
 # Copyright (c) kubegpu.node contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# The filters kubegpu.node.gpu_labels (the node labels GPU feature discovery would set, from the nvidia_driver role's
-# facts) and kubegpu.node.gpu_validation_table (site.yml's per-node result table). Documentation: gpu_labels.yml and
-# gpu_validation_table.yml next to this file. Pure: site.yml reads the facts and talks to the API.
+# The filter kubegpu.node.gpu_labels (the node labels GPU feature discovery would set, from the nvidia_driver role's
+# facts). Documentation: gpu_labels.yml next to this file. Pure: site.yml reads the facts and talks to the API.
 
 from __future__ import annotations
 
@@ -199,18 +198,8 @@ def _gpu_labels(facts: Any) -> dict[str, str]:
     return labels
 
 
-def gpu_validation_table(rows: Any, columns: Any = None) -> list[str]:
-    """Rows (dicts) as aligned text lines, a header first; ``columns`` picks and orders the keys (default: all)."""
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise AnsibleFilterError("gpu_validation_table expects a list of dicts")
-    keys = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
-    cells = [[k.upper() for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(keys))]
-    return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells]
-
-
 class FilterModule:
     """kubegpu.node GPU node filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"gpu_labels": gpu_labels, "gpu_validation_table": gpu_validation_table}
+        return {"gpu_labels": gpu_labels}

@@ -1,7 +1,8 @@
 # Copyright (c) kubegpu.node contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# Private to kubegpu.node.node_cordon and the filter kubegpu.node.cordon_record; may change without notice.
+# Private to kubegpu.node.node_cordon and site.yml's private filter kubegpu.node._cordon_record; may change without
+# notice.
 #
 # A cordon this collection makes carries a record on the Node itself, the annotation kubegpu.node/cordon: who
 # cordoned it, why, when, and how to put the node back by hand. The cordon and its record are one merge patch with the

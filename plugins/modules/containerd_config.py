@@ -37,19 +37,17 @@ author:
   - kubegpu.node maintainers (@kubegpu)
 requirements:
   - The C(containerd) binary on the target.
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
+  - kubegpu.node.attributes.reads_only
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
   check_mode:
-    support: full
-    description: The module changes nothing on the host, in check mode or not.
+    details: It changes nothing on the host, in check mode or not.
   diff_mode:
-    support: none
-    description: The role shows the difference when it writes the returned files.
+    details: The role shows the difference when it writes the returned files.
   idempotent:
-    support: full
-    description: The same host and options give the same files.
+    details: The same host and options give the same files.
 options:
   path:
     description: containerd's main configuration file.

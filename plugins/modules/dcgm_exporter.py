@@ -29,19 +29,14 @@ author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:
   - kubegpu.node.k8s_auth
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.k8s
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the cluster.
-    support: full
     details: Every write is a server-side dry run (C(dryRun=All)); the module does not wait.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
-    support: full
     details: The before and after of each object that changes, as the server returns them, without status and server
       bookkeeping.
-  idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second run reports no change.
-    support: full
 options:
   state:
     description: V(present) applies (and with O(wait) waits); V(absent) deletes what this module made.
@@ -206,8 +201,7 @@ api_requests:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import AUTH_ARG_SPEC
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import AUTH_ARG_SPEC, kubernetes_module
 from ansible_collections.kubegpu.node.plugins.module_utils.gpu_health import exporter
 from ansible_collections.kubegpu.node.plugins.module_utils.gpu_health.runner import run_exporter
 
@@ -241,13 +235,7 @@ ARGUMENT_SPEC = dict(
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("kubeconfig", "host"), ("kubeconfig", "api_key"), ("context", "host")],
-        required_together=[("client_cert", "client_key")],
-        supports_check_mode=True,
-    )
-    run_exporter(module)
+    run_exporter(kubernetes_module(ARGUMENT_SPEC))
 
 
 if __name__ == "__main__":

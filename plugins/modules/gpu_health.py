@@ -31,22 +31,17 @@ description:
     (C(N/A), for example ECC on a GeForce GPU) is left unjudged.
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
+  - kubegpu.node.attributes.reads_only
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
-  check_mode:
-    support: full
-    description: It only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: It changes nothing.
   idempotent:
-    support: full
-    description: It changes nothing; the same node state gives the same result.
+    details: It changes nothing; the same node state gives the same result.
   become:
+    description: Is usable alongside become keywords.
     support: full
-    description: Reading the kernel log usually needs root.
+    details: Reading the kernel log usually needs root.
 options:
   nvidia_smi:
     description: The nvidia-smi to run (a name on the node's C(PATH), or a path).

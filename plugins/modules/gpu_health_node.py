@@ -26,18 +26,13 @@ author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:
   - kubegpu.node.k8s_auth
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.k8s
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the cluster.
-    support: full
     details: Both writes are sent as server-side dry runs (C(dryRun=All)).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
-    support: full
     details: Shows the node's health labels, annotation and taint before and after, and the keys of its other taints.
-  idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second run reports no change.
-    support: full
 options:
   name:
     description: The Kubernetes node.
@@ -128,8 +123,7 @@ api_requests:
   sample: 3
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import AUTH_ARG_SPEC
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import AUTH_ARG_SPEC, kubernetes_module
 from ansible_collections.kubegpu.node.plugins.module_utils.gpu_health.marks import FIELD_MANAGER, TAINT_CHOICES
 from ansible_collections.kubegpu.node.plugins.module_utils.gpu_health.runner import run_marks
 
@@ -143,13 +137,7 @@ ARGUMENT_SPEC = dict(
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("kubeconfig", "host"), ("kubeconfig", "api_key"), ("context", "host")],
-        required_together=[("client_cert", "client_key")],
-        supports_check_mode=True,
-    )
-    run_marks(module)
+    run_marks(kubernetes_module(ARGUMENT_SPEC))
 
 
 if __name__ == "__main__":

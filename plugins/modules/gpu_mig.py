@@ -37,19 +37,19 @@ description:
     reported as RV(pending); with O(apply=true) the task then fails.
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
   check_mode:
     support: full
-    description: Reads and plans only; reports the change it would make.
+    details: Reads and plans only; reports the change it would make.
   diff_mode:
     support: full
-    description: Shows each GPU's MIG mode and instances before and after.
+    details: Shows each GPU's MIG mode and instances before and after.
   idempotent:
     support: full
-    description: A second run with the same layout finds it there and runs no command.
+    details: A second run with the same layout finds it there and runs no command.
 options:
   layout:
     description:

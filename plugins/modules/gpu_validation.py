@@ -30,19 +30,13 @@ description:
     to write.
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
+  - kubegpu.node.attributes.reads_only
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
   check_mode:
-    support: full
-    description: It changes nothing; C(rows) marks the cluster checks as not run in check mode.
-  diff_mode:
-    support: none
-    description: It changes nothing.
-  idempotent:
-    support: full
-    description: It changes nothing.
+    details: It changes nothing; C(rows) marks the cluster checks as not run in check mode.
 options:
   step:
     description: Which decision to make.
@@ -216,6 +210,17 @@ rows:
   returned: step is rows
   type: list
   elements: dict
+columns:
+  description: C(rows). The rows' keys in the order the table shows them.
+  returned: step is rows
+  type: list
+  elements: str
+table:
+  description: C(rows). The rows as aligned text lines, a header first (site.yml prints them).
+  returned: step is rows
+  type: list
+  elements: str
+  sample: ["NODE    GPUS  HOST  CONTAINER  POD  SCHEDULING", "gpu-1   8     ok    ok         ok   ok"]
 records:
   description: C(rows). Per node, the validation record to write, or null to remove it.
   returned: step is rows

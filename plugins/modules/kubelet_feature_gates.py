@@ -51,19 +51,15 @@ description:
   - Parses every format on the controller; the node needs only what ansible-core's builtin modules need.
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
+  - kubegpu.node.attributes.reads_only
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
-  check_mode:
-    support: full
-    description: It only reads; it runs the same in check mode.
   diff_mode:
-    support: none
-    description: The files are shown by M(kubegpu.node.service_config), which writes them.
+    details: The files are shown by M(kubegpu.node.service_config), which writes them.
   idempotent:
-    support: full
-    description: Planning a second time against the files it planned returns no file.
+    details: Planning a second time against the files it planned returns no file.
 options:
   device_plugins:
     description: Make sure the kubelet runs with device plugins (C(DevicePlugins)) on; written only in 1.8 and 1.9.

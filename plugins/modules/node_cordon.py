@@ -26,18 +26,13 @@ author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:
   - kubegpu.node.k8s_auth
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.k8s
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the cluster.
-    support: full
     details: Reads the node and says what it would write; writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
-    support: full
     details: C(spec.unschedulable) and the annotation, before and after.
-  idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second run reports no change.
-    support: full
 options:
   name:
     description: Name of the node.
@@ -134,12 +129,12 @@ boot_id:
 
 from datetime import datetime, timezone
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.kubegpu.node.plugins.module_utils._node_cordon import STATES, CordonError, converge
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
     AUTH_ARG_SPEC,
-    REQUIRED_TOGETHER,
     kubeconfig_secrets,
+    kubernetes_module,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.client import (
     HAS_KUBERNETES,
@@ -163,13 +158,7 @@ def _now() -> str:
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("kubeconfig", "host"), ("kubeconfig", "api_key"), ("context", "host")],
-        required_together=REQUIRED_TOGETHER,
-        required_if=[("state", "cordoned", ("reason",))],
-        supports_check_mode=True,
-    )
+    module = kubernetes_module(ARGUMENT_SPEC, required_if=[("state", "cordoned", ("reason",))])
     if isinstance(module.params.get("kubeconfig"), dict):
         module.no_log_values.update(kubeconfig_secrets(module.params["kubeconfig"]))
     if not HAS_KUBERNETES:

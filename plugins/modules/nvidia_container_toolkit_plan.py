@@ -28,19 +28,13 @@ description:
     and keeping every comment.
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
+  - kubegpu.node.attributes.reads_only
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
-  check_mode:
-    support: full
-    description: It only reads.
   diff_mode:
-    support: none
-    description: The role's file writes show the differences.
-  idempotent:
-    support: full
-    description: It only reads.
+    details: The role's file writes show the differences.
 options:
   state:
     description: C(present) plans the installation; C(absent) the removal of what the role added.

@@ -31,20 +31,16 @@ author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:
   - kubegpu.node.k8s_auth
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.k8s
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the cluster.
-    support: full
     details: Every write is sent as a server-side dry run (C(dryRun=All)), so admission and validation still run. No
       object is created, changed or deleted, and the module does not wait.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
-    support: full
     details: Shows the before and after state of each object that changes, as the server returns it, without status and
       server bookkeeping fields.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second run reports no change.
-    support: full
     details: The module compares each object before and after the apply, ignoring C(resourceVersion),
       C(managedFields), C(generation) and C(status). A second run with the same options reports no change.
 options:
@@ -186,8 +182,8 @@ options:
         shares it (time-slicing of a C(nvidia.com/mig-*) resource, C(renameByDefault)), with allocatable equal to
         capacity.
       - The wait covers these nodes, plus those of O(expected_gpus) or O(nodes); a node named twice follows this
-        option. The filter C(kubegpu.node.gpu_mig_resources) computes a node's entry from the
-        C(kubegpu.node.gpu_mig) role's facts.
+        option. C(kubegpu.node.site) computes each node's entry from the C(kubegpu.node.gpu_mig) role's
+        facts.
     type: dict
   nodes:
     description:
@@ -459,23 +455,16 @@ url:
   sample: https://10.0.0.1:6443
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
     ARGUMENT_SPEC,
     MUTUALLY_EXCLUSIVE,
-    REQUIRED_TOGETHER,
+    kubernetes_module,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.runner import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=MUTUALLY_EXCLUSIVE,
-        required_together=REQUIRED_TOGETHER,
-        supports_check_mode=True,
-    )
-    run_module(module)
+    run_module(kubernetes_module(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE))
 
 
 if __name__ == "__main__":

@@ -37,19 +37,15 @@ description:
     would not load."
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
+  - kubegpu.node.attributes.reads_only
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
   check_mode:
-    support: full
-    description: It only reads. In check mode the reboot decision is made for the version the packages would install.
+    details: It only reads. In check mode the reboot decision is made for the version the packages would install.
   diff_mode:
-    support: none
-    description: The role's file writes show the differences.
-  idempotent:
-    support: full
-    description: It only reads.
+    details: The role's file writes show the differences.
 options:
   state:
     description: C(present) plans the installation; C(absent) plans the removal of what the role added.

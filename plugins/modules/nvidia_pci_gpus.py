@@ -17,16 +17,9 @@ description:
     role C(kubegpu.node.nvidia_driver) uses it for its warnings and facts.
 author:
   - kubegpu.node maintainers (@kubegpu)
-attributes:
-  check_mode:
-    support: full
-    description: It only reads.
-  diff_mode:
-    support: none
-    description: It changes nothing.
-  idempotent:
-    support: full
-    description: It only reads.
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.reads_only
 options:
   sysfs:
     description: The folder of PCI devices to read (a test can point it at a copy).

@@ -54,20 +54,20 @@ description:
   - Runs on the controller; on the node it needs only what ansible-core's builtin modules need (Python 3.8 or later).
 author:
   - kubegpu.node maintainers (@kubegpu)
+extends_documentation_fragment:
+  - kubegpu.node.attributes
+  - kubegpu.node.attributes.action
 attributes:
-  action:
-    support: full
-    description: Runs as an action plugin on the controller.
   check_mode:
     support: full
-    description: Reads the files (and the note of an earlier change) and reports what would change and whether the
+    details: Reads the files (and the note of an earlier change) and reports what would change and whether the
       service would restart; writes and restarts nothing.
   diff_mode:
     support: full
-    description: Shows each changed file before and after (a symbolic link is shown with its target).
+    details: Shows each changed file before and after (a symbolic link is shown with its target).
   idempotent:
     support: full
-    description: Files that already hold the content, mode and ownership asked for are not written, and the service
+    details: Files that already hold the content, mode and ownership asked for are not written, and the service
       is not restarted (unless an earlier run's change to them is noted as not active or not verified yet).
 options:
   service:

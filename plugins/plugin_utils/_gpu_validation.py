@@ -923,3 +923,12 @@ def failure_message(failed: list[str], error: str | None) -> str:
         text + " This run's validation pods were removed. See the table above; kubegpu_validate: none skips the "
         "validation."
     )
+
+
+def table(rows: list[Mapping[str, Any]], columns: Iterable[str] | None = None) -> list[str]:
+    """Rows as aligned text lines, a header first (site.yml prints them); ``columns`` picks and orders the keys
+    (default: every key, in order of first appearance)."""
+    keys = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[k.upper() for k in keys]] + [[str(r.get(k, "")) for k in keys] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(keys))]
+    return ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells]

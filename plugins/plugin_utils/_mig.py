@@ -1,8 +1,9 @@
 # Copyright: contributors to the kubegpu.node collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-# Private helper of the kubegpu.node.gpu_mig_* filters and the gpu_mig role, not a public API: it can change at any
-# time. Pure: no I/O, so that the planning runs on the controller and is tested without a GPU.
+# Private helper of the gpu_mig action and role, and of site.yml's MIG strategy (the private filters
+# kubegpu.node._gpu_mig_strategy and _gpu_mig_resources), not a public API: it can change at any time. Pure: no I/O,
+# so that the planning runs on the controller and is tested without a GPU.
 #
 # What it knows:
 # - Which GPU models take which MIG profiles (TABLE). Profile names, the fraction of memory and SMs each takes and how
@@ -993,3 +994,52 @@ def expected_resources(devices: dict[str, Any], strategy: str) -> dict[str, int]
     for name, count in sorted(mig.items()):
         resources[resource_name(name)] = count
     return resources
+
+
+def _wants_mig(value: Any) -> bool:
+    """A node's layout name (MIG on unless empty or all-disabled) or its MIG devices (a GPU with MIG enabled)."""
+    if isinstance(value, dict):
+        return bool(int(value.get("mig_enabled_gpus") or 0))
+    return str(value or "") not in ("", "all-disabled")
+
+
+def strategy_for(nodes: Any, requested: Any = "auto") -> str:
+    """The device plugin's MIG strategy for a run: ``requested`` when it is none, single or mixed; for auto, mixed
+    when a node wants MIG (mixed serves every layout, and GPUs without MIG beside them), else none.
+
+    ``nodes``: the nodes' layout names (a list, or node -> name) or their MIG devices (node -> node_devices' result).
+    """
+    requested = str(requested or "auto")
+    if requested in STRATEGIES:
+        return requested
+    if requested != "auto":
+        raise MigError(f"the MIG strategy must be auto, none, single or mixed, not {requested!r}")
+    if isinstance(nodes, dict):
+        values = list(nodes.values())
+    elif isinstance(nodes, (list, tuple)):
+        values = list(nodes)
+    else:
+        raise MigError("the MIG strategy needs the nodes' layout names or MIG devices (a list or a dict)")
+    return "mixed" if any(_wants_mig(v) for v in values) else "none"
+
+
+def resources_by_node(devices_by_node: Any, strategy: Any) -> dict[str, dict[str, int]]:
+    """Per node with a GPU in MIG mode, the resources the device plugin advertises there (before sharing), for the
+    device plugin module's expected_resources. Nodes without MIG are left to its expected_gpus."""
+    if not isinstance(devices_by_node, dict) or not all(isinstance(v, dict) for v in devices_by_node.values()):
+        raise MigError(
+            "expects a mapping of node name to its MIG devices (the gpu_mig role's gpu_mig_devices: gpus, full_gpus, "
+            "mig_enabled_gpus, mig)"
+        )
+    result: dict[str, dict[str, int]] = {}
+    problems = []
+    for node, devices in sorted((str(node), devices) for node, devices in devices_by_node.items()):
+        if not int(devices.get("mig_enabled_gpus") or 0):
+            continue
+        try:
+            result[node] = expected_resources(devices, str(strategy))
+        except MigError as error:
+            problems.append(f"{node}: {error}")
+    if problems:
+        raise MigError("; ".join(problems))
+    return result

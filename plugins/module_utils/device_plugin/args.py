@@ -2,13 +2,14 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # Private to kubegpu.node.nvidia_device_plugin: the argument spec, shared by the module and its tests, and the checks
-# that an argument spec cannot express. Every check here is pure and runs before any API call.
+# that an argument spec cannot express (pure, before any API call); with the connection's options and the
+# AnsibleModule of every module of the collection that talks to the API.
 
 from __future__ import annotations
 
 import re
 
-from ansible.module_utils.basic import env_fallback
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 DEFAULT_VERSION = "v0.20.0"
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
@@ -62,16 +63,28 @@ PLUGIN_ARG_SPEC = dict(
 
 ARGUMENT_SPEC = dict(PLUGIN_ARG_SPEC, **AUTH_ARG_SPEC)
 
-MUTUALLY_EXCLUSIVE = [
-    ("image", "version"),
-    ("image", "registry"),
-    ("expected_gpus", "nodes"),
-    ("kubeconfig", "host"),
-    ("kubeconfig", "api_key"),
-    ("context", "host"),
-]
-
+# The connection's options that exclude each other, and those that go together (as in kubernetes.core's modules).
+AUTH_MUTUALLY_EXCLUSIVE = [("kubeconfig", "host"), ("kubeconfig", "api_key"), ("context", "host")]
 REQUIRED_TOGETHER = [("client_cert", "client_key")]
+
+MUTUALLY_EXCLUSIVE = [("image", "version"), ("image", "registry"), ("expected_gpus", "nodes"), *AUTH_MUTUALLY_EXCLUSIVE]
+
+
+def kubernetes_module(
+    argument_spec: dict,
+    mutually_exclusive: list | None = None,
+    required_if: list | None = None,
+) -> AnsibleModule:
+    """The AnsibleModule of each module of the collection that talks to the API (nvidia_device_plugin, node_cordon,
+    gpu_health_node, dcgm_exporter): the connection's option rules, check mode supported."""
+    return AnsibleModule(
+        argument_spec=argument_spec,
+        mutually_exclusive=mutually_exclusive or AUTH_MUTUALLY_EXCLUSIVE,
+        required_together=REQUIRED_TOGETHER,
+        required_if=required_if,
+        supports_check_mode=True,
+    )
+
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -95,11 +108,17 @@ def runtime_class_name(value) -> str | None:
     return None
 
 
-def image_reference(params: dict) -> str:
+def image_of(params: dict, default_registry: str, repository: str, default_version: str) -> str:
+    """The option ``image`` when given, else REGISTRY/REPOSITORY:VERSION from ``registry`` and ``version`` (or their
+    defaults); the device plugin module and the DCGM exporter module share the options."""
     if params.get("image"):
         return params["image"]
-    registry = (params.get("registry") or DEFAULT_REGISTRY).rstrip("/")
-    return f"{registry}/{IMAGE_REPOSITORY}:{params.get('version') or DEFAULT_VERSION}"
+    registry = (params.get("registry") or default_registry).rstrip("/")
+    return f"{registry}/{repository}:{params.get('version') or default_version}"
+
+
+def image_reference(params: dict) -> str:
+    return image_of(params, DEFAULT_REGISTRY, IMAGE_REPOSITORY, DEFAULT_VERSION)
 
 
 def image_tag(image: str) -> str:
@@ -107,6 +126,12 @@ def image_tag(image: str) -> str:
     if "@" in last:
         return last.split("@", 1)[1][:63]
     return last.split(":", 1)[1] if ":" in last else "latest"
+
+
+def image_version_label(image: str) -> str:
+    """The image's tag (or digest) as a label value: [A-Za-z0-9_.-], at most 63 characters, alphanumeric at both
+    ends."""
+    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in image_tag(image))[:63].strip("_.-")
 
 
 def check_options(params: dict) -> list[str]:

@@ -14,7 +14,7 @@ import hashlib
 
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import (
     image_reference,
-    image_tag,
+    image_version_label,
     runtime_class_name,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.plugin_config import (
@@ -73,13 +73,6 @@ def _labels(version_label: str) -> dict:
     if version_label:
         labels["app.kubernetes.io/version"] = version_label
     return labels
-
-
-def _version_label(image: str) -> str:
-    tag = image_tag(image)
-    # Label values allow [A-Za-z0-9_.-], at most 63 characters, alphanumeric at both ends.
-    cleaned = "".join(c if c.isalnum() or c in "_.-" else "-" for c in tag)[:63].strip("_.-")
-    return cleaned
 
 
 def render_runtime_class(name: str, version_label: str = "") -> dict:
@@ -156,7 +149,7 @@ def _daemonset(params: dict, name: str, pod_label: str, template_meta: dict, pod
         "metadata": {
             "name": name,
             "namespace": params["namespace"],
-            "labels": _labels(_version_label(image_reference(params))),
+            "labels": _labels(image_version_label(image_reference(params))),
         },
         "spec": {
             "selector": {"matchLabels": {POD_LABEL_KEY: pod_label}},
@@ -274,7 +267,7 @@ def render_mps_daemonset(params: dict, config_text: str) -> dict:
 
 def render_objects(params: dict) -> list[dict]:
     """Every object for state=present, in the order they must be applied (dependencies first)."""
-    version_label = _version_label(image_reference(params))
+    version_label = image_version_label(image_reference(params))
     objects = []
     runtime_class = runtime_class_name(params.get("runtime_class"))
     if runtime_class:

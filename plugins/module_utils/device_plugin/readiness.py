@@ -403,6 +403,21 @@ def needs_logs(state: dict, pod: dict | None) -> bool:
     return kind is None and state.get("node_ready")
 
 
+def unscheduled_reasons(node: dict, pod_spec: dict) -> list[str]:
+    """Why a DaemonSet's pod cannot land on the node (its node selector, its required node affinity, taints it does not
+    tolerate); empty when nothing keeps it off."""
+    reasons = []
+    mismatch = selector_mismatch(node, pod_spec.get("nodeSelector"))
+    if mismatch:
+        reasons.append("node_selector does not match: needs " + ", ".join(mismatch))
+    if not affinity_matches(node, pod_spec.get("affinity")):
+        reasons.append("affinity's required node terms do not match the node's labels")
+    taints = untolerated_taints(node, pod_spec.get("tolerations") or [])
+    if taints:
+        reasons.append("taint not tolerated: " + ", ".join(taints) + " (add a toleration)")
+    return reasons
+
+
 def diagnose(state: dict, node: dict | None, pod: dict | None, pod_spec: dict, logs: str | None = None) -> str:
     """One sentence saying why a node is not done, from its state, its plugin pod and that pod's log."""
     name = state["name"]
@@ -411,15 +426,7 @@ def diagnose(state: dict, node: dict | None, pod: dict | None, pod_spec: dict, l
     if not state.get("node_ready"):
         return f"{name}: node is not Ready ({_ready_condition_text(node)})"
     if pod is None:
-        reasons = []
-        mismatch = selector_mismatch(node, pod_spec.get("nodeSelector"))
-        if mismatch:
-            reasons.append("node_selector does not match: needs " + ", ".join(mismatch))
-        if not affinity_matches(node, pod_spec.get("affinity")):
-            reasons.append("affinity's required node terms do not match the node's labels")
-        taints = untolerated_taints(node, pod_spec.get("tolerations") or [])
-        if taints:
-            reasons.append("taint not tolerated: " + ", ".join(taints) + " (add a toleration)")
+        reasons = unscheduled_reasons(node, pod_spec)
         if reasons:
             return f"{name}: no device plugin pod on this node: " + "; ".join(reasons)
         return f"{name}: no device plugin pod on this node yet (the DaemonSet has not scheduled one)"

@@ -15,13 +15,12 @@
 
 from __future__ import annotations
 
+from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.args import image_of, image_version_label
 from ansible_collections.kubegpu.node.plugins.module_utils.device_plugin.readiness import (
-    affinity_matches,
     node_is_ready,
     node_name,
     pod_problem,
-    selector_mismatch,
-    untolerated_taints,
+    unscheduled_reasons,
 )
 from ansible_collections.kubegpu.node.plugins.module_utils.gpu_health.marks import TAINT_KEY
 
@@ -59,16 +58,7 @@ def object_path(obj: dict) -> str:
 
 
 def image_reference(params: dict) -> str:
-    if params.get("image"):
-        return params["image"]
-    registry = (params.get("registry") or DEFAULT_REGISTRY).rstrip("/")
-    return f"{registry}/{IMAGE_REPOSITORY}:{params.get('version') or DEFAULT_VERSION}"
-
-
-def _version_label(image: str) -> str:
-    last = image.rsplit("/", 1)[-1]
-    tag = last.split("@", 1)[1] if "@" in last else (last.split(":", 1)[1] if ":" in last else "latest")
-    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in tag)[:63].strip("_.-")
+    return image_of(params, DEFAULT_REGISTRY, IMAGE_REPOSITORY, DEFAULT_VERSION)
 
 
 def selector_labels(params: dict) -> dict:
@@ -79,7 +69,7 @@ def selector_labels(params: dict) -> dict:
 def _labels(params: dict) -> dict:
     labels = dict(selector_labels(params))
     labels[MANAGED_BY_LABEL] = MANAGED_BY_VALUE
-    version = _version_label(image_reference(params))
+    version = image_version_label(image_reference(params))
     if version:
         labels["app.kubernetes.io/version"] = version
     return labels
@@ -206,13 +196,7 @@ def node_states(nodes: list, pods: list, pod_spec: dict, generation, names=None)
         if target:
             by_node.setdefault(target, []).append(pod)
     if names is None:
-        names = sorted(
-            name
-            for name, node in by_name.items()
-            if not selector_mismatch(node, pod_spec.get("nodeSelector"))
-            and affinity_matches(node, pod_spec.get("affinity"))
-            and not untolerated_taints(node, pod_spec.get("tolerations") or [])
-        )
+        names = sorted(name for name, node in by_name.items() if not unscheduled_reasons(node, pod_spec))
     states = {}
     for name in names:
         states[name] = node_state(by_name.get(name), name, by_node.get(name) or [], pod_spec, generation)
@@ -228,15 +212,7 @@ def node_state(node: dict | None, name: str, pods: list, pod_spec: dict, generat
     if not node_is_ready(node):
         return {"ready": False, "reason": "the node is not Ready"}
     if not pods:
-        reasons = []
-        mismatch = selector_mismatch(node, pod_spec.get("nodeSelector"))
-        if mismatch:
-            reasons.append("node_selector does not match: needs " + ", ".join(mismatch))
-        if not affinity_matches(node, pod_spec.get("affinity")):
-            reasons.append("affinity's required node terms do not match the node's labels")
-        taints = untolerated_taints(node, pod_spec.get("tolerations") or [])
-        if taints:
-            reasons.append("taint not tolerated: " + ", ".join(taints) + " (add a toleration)")
+        reasons = unscheduled_reasons(node, pod_spec)
         if reasons:
             return {"ready": False, "reason": "no exporter pod on this node: " + "; ".join(reasons)}
         return {"ready": False, "reason": "no exporter pod on this node yet (the DaemonSet has not scheduled one)"}

@@ -1,4 +1,4 @@
-"""kubegpu.node.gpu_labels and gpu_validation_table over the nvidia_driver role's fact shapes."""
+"""kubegpu.node.gpu_labels over the nvidia_driver role's fact shapes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kubegpu.node.plugins.filter.gpu_labels import (
     gpu_family,
     gpu_labels,
-    gpu_validation_table,
     label_value,
 )
 
@@ -114,13 +113,3 @@ def test_product_names_become_valid_label_values(name: str, value: str) -> None:
 )
 def test_families(major: int, minor: int, family: str) -> None:
     assert gpu_family(major, minor) == family
-
-
-def test_table_aligns_columns() -> None:
-    rows = [{"node": "gpu-node-1", "gpus": 8, "pod": "ok"}, {"node": "n2", "gpus": 4, "pod": "FAILED: no log"}]
-    assert gpu_validation_table(rows) == [
-        "NODE        GPUS  POD",
-        "gpu-node-1  8     ok",
-        "n2          4     FAILED: no log",
-    ]
-    assert gpu_validation_table(rows, ["pod"]) == ["POD", "ok", "FAILED: no log"]

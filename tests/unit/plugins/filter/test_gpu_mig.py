@@ -1,46 +1,12 @@
-"""kubegpu.node.gpu_mig_strategy, gpu_mig_resources and the MIG and MPS labels of gpu_labels."""
+"""The MIG and MPS labels of kubegpu.node.gpu_labels."""
 
 from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kubegpu.node.plugins.filter.gpu_labels import gpu_labels
-from ansible_collections.kubegpu.node.plugins.filter.gpu_mig import gpu_mig_resources, gpu_mig_strategy
 
-NO_MIG = {"gpus": 4, "full_gpus": 4, "mig_enabled_gpus": 0, "mig": {}}
-MIXED_NODE = {"gpus": 2, "full_gpus": 1, "mig_enabled_gpus": 1, "mig": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}
 SINGLE_NODE = {"gpus": 2, "full_gpus": 0, "mig_enabled_gpus": 2, "mig": {"1g.10gb": 14}}
-
-
-def test_auto_strategy_is_mixed_only_where_a_gpu_has_mig():
-    assert gpu_mig_strategy({"a": NO_MIG}) == "none"
-    assert gpu_mig_strategy({"a": NO_MIG, "b": MIXED_NODE}) == "mixed"
-    assert gpu_mig_strategy({"a": NO_MIG}, "single") == "single"
-    with pytest.raises(AnsibleFilterError, match="auto, none, single or mixed"):
-        gpu_mig_strategy({}, "all")
-    # From the layout names the hosts ask for (site.yml's preflight, before any host changes).
-    assert gpu_mig_strategy(["", "all-disabled"]) == "none"
-    assert gpu_mig_strategy(["", "all-1g.10gb"]) == "mixed"
-    with pytest.raises(AnsibleFilterError, match="layout names or MIG devices"):
-        gpu_mig_strategy("all-1g.10gb")
-    with pytest.raises(AnsibleFilterError, match="mapping of node name"):
-        gpu_mig_resources([NO_MIG], "mixed")
-
-
-def test_resources_per_mig_node():
-    nodes = {"plain": NO_MIG, "mixed": MIXED_NODE, "single": SINGLE_NODE}
-    assert gpu_mig_resources(nodes, "mixed") == {
-        "mixed": {
-            "nvidia.com/gpu": 1,
-            "nvidia.com/mig-1g.10gb": 2,
-            "nvidia.com/mig-2g.20gb": 1,
-            "nvidia.com/mig-3g.40gb": 1,
-        },
-        "single": {"nvidia.com/mig-1g.10gb": 14},
-    }
-    assert gpu_mig_resources({"single": SINGLE_NODE}, "single") == {"single": {"nvidia.com/gpu": 14}}
-    with pytest.raises(AnsibleFilterError, match="mixed: the single MIG strategy needs MIG on every GPU"):
-        gpu_mig_resources(nodes, "single")
 
 
 # Labels, with GPU feature discovery's names --------------------------------------------------------------------

@@ -576,3 +576,13 @@ def test_a_node_without_allocatable_gpus_fails_when_gpus_are_expected():
     selection = gv.select_nodes([target("a")], nodes)
     judged = gv.rows([target("a")], selection, nodes, {}, gv.Outcome(), "r1", "now")
     assert judged["rows"][0]["pod"] == "FAILED: no allocatable nvidia.com/gpu" and judged["failed_nodes"] == ["a"]
+
+
+def test_table_aligns_columns() -> None:
+    rows = [{"node": "gpu-node-1", "gpus": 8, "pod": "ok"}, {"node": "n2", "gpus": 4, "pod": "FAILED: no log"}]
+    assert gv.table(rows) == [
+        "NODE        GPUS  POD",
+        "gpu-node-1  8     ok",
+        "n2          4     FAILED: no log",
+    ]
+    assert gv.table(rows, ["pod"]) == ["POD", "ok", "FAILED: no log"]

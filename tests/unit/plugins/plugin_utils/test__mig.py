@@ -474,3 +474,42 @@ def test_creation_stops_at_an_error_that_is_not_about_room():
     with pytest.raises(mig.MigError, match="Insufficient Permissions"):
         mig.create_instances(0, ["3g.20gb", "1g.5gb"], run)
     assert len(calls) == 1
+
+
+# The run's MIG strategy and each MIG node's resources (site.yml's private filters _gpu_mig_strategy and
+# _gpu_mig_resources) -----------------------------------------------------------------------------------------------
+
+NO_MIG = {"gpus": 4, "full_gpus": 4, "mig_enabled_gpus": 0, "mig": {}}
+MIXED_NODE = {"gpus": 2, "full_gpus": 1, "mig_enabled_gpus": 1, "mig": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}
+SINGLE_NODE = {"gpus": 2, "full_gpus": 0, "mig_enabled_gpus": 2, "mig": {"1g.10gb": 14}}
+
+
+def test_auto_strategy_is_mixed_only_where_a_gpu_has_mig():
+    assert mig.strategy_for({"a": NO_MIG}) == "none"
+    assert mig.strategy_for({"a": NO_MIG, "b": MIXED_NODE}) == "mixed"
+    assert mig.strategy_for({"a": NO_MIG}, "single") == "single"
+    with pytest.raises(mig.MigError, match="auto, none, single or mixed"):
+        mig.strategy_for({}, "all")
+    # From the layout names the hosts ask for (site.yml's preflight, before any host changes).
+    assert mig.strategy_for(["", "all-disabled"]) == "none"
+    assert mig.strategy_for(["", "all-1g.10gb"]) == "mixed"
+    with pytest.raises(mig.MigError, match="layout names or MIG devices"):
+        mig.strategy_for("all-1g.10gb")
+    with pytest.raises(mig.MigError, match="mapping of node name"):
+        mig.resources_by_node([NO_MIG], "mixed")
+
+
+def test_resources_per_mig_node():
+    nodes = {"plain": NO_MIG, "mixed": MIXED_NODE, "single": SINGLE_NODE}
+    assert mig.resources_by_node(nodes, "mixed") == {
+        "mixed": {
+            "nvidia.com/gpu": 1,
+            "nvidia.com/mig-1g.10gb": 2,
+            "nvidia.com/mig-2g.20gb": 1,
+            "nvidia.com/mig-3g.40gb": 1,
+        },
+        "single": {"nvidia.com/mig-1g.10gb": 14},
+    }
+    assert mig.resources_by_node({"single": SINGLE_NODE}, "single") == {"single": {"nvidia.com/gpu": 14}}
+    with pytest.raises(mig.MigError, match="mixed: the single MIG strategy needs MIG on every GPU"):
+        mig.resources_by_node(nodes, "single")

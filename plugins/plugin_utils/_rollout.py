@@ -1,16 +1,16 @@
 # Copyright (c) kubegpu.node contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# The filters kubegpu.node.cordon_record (the record of a cordon this collection made, read from a Node) and
-# kubegpu.node.unreachable_report (what site.yml says when hosts of a batch became unreachable). Documentation:
-# cordon_record.yml and unreachable_report.yml next to this file. Pure: site.yml reads the API and the hosts.
+# Private helper of site.yml's batch play (through the private filters kubegpu.node._cordon_record and
+# kubegpu.node._unreachable_report), not a public API: it can change at any time. The record of a cordon this
+# collection made, read from a Node as the API returns it, and what site.yml says when hosts of a batch became
+# unreachable. Pure: site.yml reads the API and the hosts.
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.kubegpu.node.plugins.module_utils._node_cordon import ANNOTATION, record_of, undo_commands
 
 # The batch play's steps, in order, as site.yml notes them in __kubegpu_batch_step.
@@ -21,7 +21,7 @@ UNREACHABLE_POLICIES = ("stop", "continue")
 def cordon_record(node: Any) -> dict[str, Any] | None:
     """The record (by, reason, at, undo) on a Node as the API returns it; None for no record, or no node."""
     if node is not None and not isinstance(node, Mapping):
-        raise AnsibleFilterError(f"cordon_record expects a Node object (or none), not {type(node).__name__}")
+        raise ValueError(f"cordon_record expects a Node object (or none), not {type(node).__name__}")
     return record_of(dict(node) if node is not None else None)
 
 
@@ -58,9 +58,9 @@ def unreachable_report(lost: Any, later: Any, policy: str) -> str:
     have not run yet; ``policy``: kubegpu_unreachable (stop or continue).
     """
     if policy not in UNREACHABLE_POLICIES:
-        raise AnsibleFilterError(f"kubegpu_unreachable must be stop or continue, not {policy!r}")
+        raise ValueError(f"kubegpu_unreachable must be stop or continue, not {policy!r}")
     if not isinstance(lost, (list, tuple)) or not all(isinstance(h, Mapping) for h in lost):
-        raise AnsibleFilterError("unreachable_report expects the lost hosts' variables (map('extract', hostvars))")
+        raise ValueError("unreachable_report expects the lost hosts' variables (map('extract', hostvars))")
     later = [str(h) for h in (later or [])]
     lines = [_host_report(host) for host in lost]
     if policy == "stop":
@@ -76,10 +76,3 @@ def unreachable_report(lost: Any, later: Any, policy: str) -> str:
             " failed with the host unreachable. Run it again once the host answers."
         )
     return " ".join(lines)
-
-
-class FilterModule:
-    """kubegpu.node roll-out filters."""
-
-    def filters(self) -> dict[str, Any]:
-        return {"cordon_record": cordon_record, "unreachable_report": unreachable_report}

@@ -1,14 +1,20 @@
 # Copyright (c) kubegpu.node contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# The filter kubegpu.node.restart_safety: whether restarting a container runtime would stop running workloads.
-# Documentation: restart_safety.yml next to this file. Pure: the role asks the node, this decides.
+# Private helper of the container_runtime role (through the private filter kubegpu.node._restart_safety), not a
+# public API: it can change at any time. Whether restarting a container runtime would stop running workloads, from
+# what the role's probe prints on the node: `systemctl show UNIT --property=ActiveState --property=KillMode
+# --property=MainPID`, `UnitProcesses=N` (the processes in the unit), and for Docker `LiveRestoreEnabled=` and
+# `ContainersRunning=` from `docker info`. Pure: the role asks the node, this decides.
+# - A runtime that is not running is safe to (re)start.
+# - Docker: safe with live-restore or no running container (dockerd stops its containers when it stops).
+# - containerd and CRI-O: safe when systemd kills only the daemon on a restart (KillMode=process or none, as Debian's
+#   and Ubuntu's containerd units have), or when nothing else runs in the unit; otherwise the container shims (and
+#   their containers) would be killed.
 
 from __future__ import annotations
 
 from typing import Any
-
-from ansible.errors import AnsibleFilterError
 
 ENGINES = ("docker", "containerd", "cri-o")
 # systemd kills only the main process on a restart with these KillMode values; the container shims (containerd-shim,
@@ -34,9 +40,9 @@ def _count(facts: dict[str, str], key: str) -> int | None:
 def restart_safety(probe: str, engine: str) -> dict[str, Any]:
     """{'safe': bool, 'reason': str}: the reason says what would stop, for the warning when it is not safe."""
     if engine not in ENGINES:
-        raise AnsibleFilterError(f"restart_safety: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        raise ValueError(f"restart_safety: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if not isinstance(probe, str):
-        raise AnsibleFilterError(f"restart_safety expects the probe's text, not {type(probe).__name__}")
+        raise ValueError(f"restart_safety expects the probe's text, not {type(probe).__name__}")
     facts = parse_probe(probe)
     if facts.get("ActiveState") not in ("active", "reloading", "activating"):
         return {"safe": True, "reason": ""}
@@ -65,10 +71,3 @@ def restart_safety(probe: str, engine: str) -> dict[str, Any]:
             "unit (container shims, and with them the containers)"
         ),
     }
-
-
-class FilterModule:
-    """kubegpu.node restart filters."""
-
-    def filters(self) -> dict[str, Any]:
-        return {"restart_safety": restart_safety}

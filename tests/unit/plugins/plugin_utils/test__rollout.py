@@ -1,12 +1,11 @@
-"""The roll-out filters: kubegpu.node.cordon_record and kubegpu.node.unreachable_report."""
+"""site.yml's roll-out helpers: the cordon record read from a Node, and the message for unreachable hosts."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from ansible.errors import AnsibleFilterError
-from ansible_collections.kubegpu.node.plugins.filter.rollout import cordon_record, unreachable_report
+from ansible_collections.kubegpu.node.plugins.plugin_utils._rollout import cordon_record, unreachable_report
 
 RECORD = "kubegpu.node/cordon"
 
@@ -22,7 +21,7 @@ def test_cordon_record_reads_the_record_or_none():
     assert cordon_record(None) is None
     # Edited by hand: still a record (the key is this collection's), its text kept as the reason.
     assert cordon_record(_node({RECORD: "kernel upgrade"})) == {"reason": "kernel upgrade"}
-    with pytest.raises(AnsibleFilterError, match="expects a Node object"):
+    with pytest.raises(ValueError, match="expects a Node object"):
         cordon_record("gpu-a")
 
 
@@ -78,7 +77,7 @@ def test_continue_carries_on_and_says_so():
 
 
 def test_bad_inputs_are_refused():
-    with pytest.raises(AnsibleFilterError, match="stop or continue"):
+    with pytest.raises(ValueError, match="stop or continue"):
         unreachable_report([], [], "maybe")
-    with pytest.raises(AnsibleFilterError, match="extract"):
+    with pytest.raises(ValueError, match="extract"):
         unreachable_report(["gpu-b"], [], "stop")
