@@ -130,11 +130,23 @@ class Ansible:
         )
         return PlaybookRun(completed.returncode, completed.stdout, completed.stderr)
 
-    def start(self, argv: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen:
-        """Start a command from command() in the test's folder, its output to log (several runs at once)."""
+    def start(
+        self, argv: list[str], env: Mapping[str, str], log: Path, *, own_session: bool = False
+    ) -> subprocess.Popen:
+        """Start a command from command() in the test's folder, its output to log (several runs at once, a cancel).
+
+        own_session starts it in a session and process group of its own, so that a test can signal that group
+        (os.killpg) the way AWX cancels a job.
+        """
         with log.open("w") as stream:
             return subprocess.Popen(
-                argv, stdout=stream, stderr=subprocess.STDOUT, text=True, env=dict(env), cwd=self.workdir
+                argv,
+                stdout=stream,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=dict(env),
+                cwd=self.workdir,
+                start_new_session=own_session,
             )
 
     def playbook(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -29,36 +28,31 @@ from typing import Any
 import pytest
 from kubesim import SimCluster, SimNode
 from kubesim.resources import BY_PLURAL
-from playbook_runner import playbook_command, run_playbook
 
 HARNESS = Path(__file__).resolve().parent / "drain_window" / "harness.yml"
 RECORD = "kubegpu.node/cordon"
 # Every wait in these tests is bounded by this (seconds); a run that does not get there fails the test.
 BOUND = 90
 
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
-
-# The role chain never runs on this machine (local connection): only site.yml's own tasks are tested.
-SKIP_ROLE_CHAIN = ("--skip-tags", "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet")
-
-
-def _variables(tmp_path: Path, cluster: SimCluster, variables: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kubegpu_kubeconfig": cluster.write_kubeconfig(str(tmp_path / "kubeconfig")),
-        "harness_dir": str(tmp_path),
-        "harness_sim_url": cluster.url,
-        "harness_token": cluster.token,
+def _command(
+    ansible, cluster: SimCluster, hosts: dict, *args: str, **variables: Any
+) -> tuple[list[str], dict[str, str]]:
+    """A run of the harness over ``hosts``, the role chain off and its tags skipped (the harness's default): only
+    site.yml's own tasks run on this machine."""
+    inventory = ansible.inventory(
+        hosts,
+        kubegpu_kubeconfig=cluster.write_kubeconfig(str(ansible.workdir / "kubeconfig")),
+        harness_dir=str(ansible.workdir),
+        harness_sim_url=cluster.url,
+        harness_token=cluster.token,
         **variables,
-    }
+    )
+    return ansible.command(HARNESS, *args, inventory=inventory)
 
 
-def _command(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variables: Any) -> tuple[list, dict]:
-    return playbook_command(HARNESS, tmp_path, hosts, _variables(tmp_path, cluster, variables), *SKIP_ROLE_CHAIN, *args)
-
-
-def _run(tmp_path: Path, cluster: SimCluster, hosts: dict, *args: str, **variables: Any) -> subprocess.CompletedProcess:
-    return run_playbook(HARNESS, tmp_path, hosts, _variables(tmp_path, cluster, variables), *SKIP_ROLE_CHAIN, *args)
+def _run(ansible, cluster: SimCluster, hosts: dict, *args: str, **variables: Any):
+    return ansible.run(*_command(ansible, cluster, hosts, *args, **variables))
 
 
 def _hold(tmp_path: Path, host: str, held: list[str]) -> None:
@@ -134,7 +128,7 @@ def _cluster() -> SimCluster:
     return SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4), SimNode("gpu-c", gpus=4)])
 
 
-def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(tmp_path):
+def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(ansible, tmp_path):
     with _cluster() as cluster:
         _pod(cluster, "train-a", "gpu-a")
         _pod(cluster, "train-b", "gpu-b")
@@ -146,7 +140,7 @@ def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(tmp_path):
         _hold(tmp_path, "gpu-a", ["reboot"])
         _hold(tmp_path, "gpu-c", ["containerd.service"])
         _hold(tmp_path, "new-host", ["containerd.service"])
-        completed = _run(tmp_path, cluster, {"gpu-a": {}, "gpu-c": {}, "new-host": {}}, kubegpu_drain_timeout=60)
+        completed = _run(ansible, cluster, {"gpu-a": {}, "gpu-c": {}, "new-host": {}}, kubegpu_drain_timeout=60)
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
 
@@ -175,23 +169,21 @@ def test_drain_reboot_wait_and_uncordon_only_what_this_run_cordoned(tmp_path):
 
         # A second run holds nothing back: no window opens, nothing is written to the cluster.
         cluster.reset_counts()
-        again = _run(tmp_path, cluster, {"gpu-a": {}, "gpu-c": {}, "new-host": {}}, harness_run=2)
+        again = _run(ansible, cluster, {"gpu-a": {}, "gpu-c": {}, "new-host": {}}, harness_run=2)
         assert again.returncode == 0, again.stdout
         assert "Drain window for" not in again.stdout
         writes = {k: v for k, v in cluster.request_counts()["by_verb_resource"].items() if k[0] not in ("get", "list")}
         assert writes == {}
 
 
-def test_a_failed_window_leaves_the_node_cordoned_with_its_record_and_the_next_run_finishes_it(tmp_path):
+def test_a_failed_window_leaves_the_node_cordoned_with_its_record_and_the_next_run_finishes_it(ansible, tmp_path):
     with _cluster() as cluster:
         _pod(cluster, "train-a", "gpu-a")
         _budget(cluster, 1)
         assert _running(cluster, "train-a")
         _hold(tmp_path, "gpu-a", ["containerd.service"])
         _hold(tmp_path, "gpu-b", ["containerd.service"])
-        completed = _run(
-            tmp_path, cluster, {"gpu-a": {}, "gpu-b": {"harness_fail_step": True}}, kubegpu_drain_timeout=6
-        )
+        completed = _run(ansible, cluster, {"gpu-a": {}, "gpu-b": {"harness_fail_step": True}}, kubegpu_drain_timeout=6)
         output = completed.stdout + completed.stderr
         assert completed.returncode != 0, output
         # The budget held: the pod is still there, the steps never ran on gpu-a, and it says what to do.
@@ -215,7 +207,7 @@ def test_a_failed_window_leaves_the_node_cordoned_with_its_record_and_the_next_r
 
         # The cause fixed (the budget relaxed, the restart works), the next run finishes both nodes.
         cluster.delete_object("poddisruptionbudget", "train", "default")
-        again = _run(tmp_path, cluster, {"gpu-a": {}, "gpu-b": {}}, harness_run=2, kubegpu_drain_timeout=30)
+        again = _run(ansible, cluster, {"gpu-a": {}, "gpu-b": {}}, harness_run=2, kubegpu_drain_timeout=30)
         assert again.returncode == 0, again.stdout + again.stderr
         assert cluster.get_object("pod", "train-a", "default") is None
         for node in ("gpu-a", "gpu-b"):
@@ -223,7 +215,7 @@ def test_a_failed_window_leaves_the_node_cordoned_with_its_record_and_the_next_r
             assert _runs_of_steps(tmp_path, node)[-1] == "2"
 
 
-def test_check_mode_drains_nothing_and_says_what_the_window_would_do(tmp_path):
+def test_check_mode_drains_nothing_and_says_what_the_window_would_do(ansible, tmp_path):
     with _cluster() as cluster:
         _pod(cluster, "train-a", "gpu-a")
         assert _running(cluster, "train-a")
@@ -244,7 +236,7 @@ def test_check_mode_drains_nothing_and_says_what_the_window_would_do(tmp_path):
         )
         _hold(tmp_path, "gpu-a", ["containerd.service"])
         cluster.reset_counts()
-        completed = _run(tmp_path, cluster, {"gpu-a": {}, "gpu-b": {}}, "--check")
+        completed = _run(ansible, cluster, {"gpu-a": {}, "gpu-b": {}}, "--check")
         assert completed.returncode == 0, completed.stdout
         assert (
             "would cordon and drain node gpu-a, then apply what was held back (containerd.service)" in completed.stdout
@@ -328,7 +320,7 @@ STEPS = {
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 @pytest.mark.parametrize("step", list(STEPS))
-def test_a_run_cancelled_inside_the_window_is_finished_by_the_next_run(tmp_path, step, how):
+def test_a_run_cancelled_inside_the_window_is_finished_by_the_next_run(ansible, tmp_path, step, how):
     held, still_held = STEPS[step]
     with _cluster() as cluster:
         _pod(cluster, "train-a", "gpu-a")
@@ -350,12 +342,8 @@ def test_a_run_cancelled_inside_the_window_is_finished_by_the_next_run(tmp_path,
             # The node does not come back Ready: the window waits for it, before its uncordon.
             cluster.set_fault("gpu-a", "not_ready")
 
-        command, env = _command(tmp_path, cluster, hosts, **variables)
         log = tmp_path / "cancelled-run.log"
-        with log.open("w") as out:
-            process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True
-            )
+        process = ansible.start(*_command(ansible, cluster, hosts, **variables), log, own_session=True)
         try:
             if step == "after cordon":
                 _until(lambda: cluster.held() >= 2 and _record(cluster, "gpu-a"), "the drain's pod list", process, log)
@@ -404,7 +392,7 @@ def test_a_run_cancelled_inside_the_window_is_finished_by_the_next_run(tmp_path,
         assert _running(cluster, "late-a")
         steps_before = _runs_of_steps(tmp_path, "gpu-a")
 
-        again = _run(tmp_path, cluster, {"gpu-a": {}, "gpu-b": {}}, harness_run=2, **variables)
+        again = _run(ansible, cluster, {"gpu-a": {}, "gpu-b": {}}, harness_run=2, **variables)
         output = again.stdout + again.stderr
         assert again.returncode == 0, output
         # The next run finished gpu-a: Ready, uncordoned, the record gone.

@@ -21,7 +21,6 @@ from test_site_playbook import NVIDIA_FACT, _run_site
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "plugins" / "plugin_utils" / "fixtures" / "gpu_health"
 BUSES = ("0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0")
-SKIP = "nvidia_driver,nvidia_container_toolkit,container_runtime,kubelet"
 
 
 def _host(tmp_path: Path, name: str, xml: str, kernel: str = "") -> dict:
@@ -91,7 +90,7 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(ans
     extra = {"kubegpu_gpu_health_taint": "failed"}
     with SimCluster(nodes=nodes, capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        run = _run_site(ansible, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env, skip_tags=SKIP)
+        run = _run_site(ansible, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env)
         output = run.stdout + run.stderr
         assert run.returncode == 0, output
         # Reported in the play's output, written to the local facts.
@@ -137,7 +136,7 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(ans
         cluster.delete_object("Pod", "train", "default")
 
         # A second run changes nothing.
-        again = _run_site(ansible, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env, skip_tags=SKIP)
+        again = _run_site(ansible, hosts, kubeconfig, tags="all", extra_vars=extra, env_extra=env)
         assert again.returncode == 0, again.stdout
         assert again.unchanged(["gpu-a", "gpu-b"]) == [], again.stdout
 
@@ -150,18 +149,14 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(ans
             (device / "vendor").write_text("0x10de\n")
             (device / "class").write_text("0x030200\n")
         version = cluster.get_object("Node", "gpu-b")["metadata"]["resourceVersion"]
-        check = ansible.playbook(
-            ansible.site,
-            "--check",
-            "--diff",
-            "--tags",
-            "gpu_health",
-            "-e",
-            f"kubegpu_kubeconfig={kubeconfig}",
-            inventory=tmp_path / "inventory.yml",
-            env=env,
-            skip_chain=False,
-            timeout=240,
+        check = _run_site(
+            ansible,
+            hosts,
+            kubeconfig,
+            tags="gpu_health",
+            extra_vars=extra,
+            env_extra=env,
+            extra_args=("--check", "--diff"),
         )
         assert check.returncode == 0, check.stdout + check.stderr
         assert "healthy: 8 GPU(s)" in check.stdout
@@ -171,9 +166,7 @@ def test_site_reports_marks_and_clears_a_gpu_with_an_uncorrectable_ecc_error(ans
         assert cluster.get_object("Node", "gpu-b")["metadata"]["resourceVersion"] == version
         assert json.loads((tmp_path / "gpu-b" / "facts" / "nvidia_health.fact").read_text())["verdict"] == "failed"
         # ...and a real run removes every mark, leaving the node as before the first run.
-        healed = _run_site(
-            ansible, hosts, kubeconfig, tags="gpu_health", extra_vars=extra, env_extra=env, skip_tags=SKIP
-        )
+        healed = _run_site(ansible, hosts, kubeconfig, tags="gpu_health", extra_vars=extra, env_extra=env)
         assert healed.returncode == 0, healed.stdout
         node_b = cluster.get_object("Node", "gpu-b")
         assert "kubegpu.node/gpu-health" not in node_b["metadata"]["labels"]

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-import pytest
 from kubesim import SimCluster, SimNode
-
-REPO = Path(__file__).resolve().parents[2]
 
 PLAYBOOK = textwrap.dedent(
     """\
@@ -84,28 +77,19 @@ PLAYBOOK = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
-def test_playbook_run(tmp_path):
+def test_playbook_run(ansible, tmp_path):
     with SimCluster(nodes=[SimNode("gpu-1", gpus=2), SimNode("gpu-2", gpus=4)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         playbook = tmp_path / "site.yml"
         playbook.write_text(PLAYBOOK)
-        env = dict(os.environ)
-        collections = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections")
-        env.update(
-            ANSIBLE_COLLECTIONS_PATH=collections,
-            ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-            ANSIBLE_LOCALHOST_WARNING="false",
-            ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-            ANSIBLE_NOCOLOR="true",
-        )
-        completed = subprocess.run(
-            ["ansible-playbook", str(playbook), "-e", f"kubeconfig_path={kubeconfig}"],
-            capture_output=True,
-            text=True,
-            env=env,
+        # No inventory: the play runs on the implicit localhost, with this interpreter.
+        completed = ansible.playbook(
+            playbook,
+            "-e",
+            f"kubeconfig_path={kubeconfig}",
+            env={"ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"},
+            skip_chain=False,
             timeout=180,
-            check=False,
         )
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output

@@ -13,20 +13,12 @@ refused" at once: UNREACHABLE, the same result a node that dropped off the netwo
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
 from kubesim import SimCluster, SimNode
 from kubesim.resources import BY_PLURAL
-from playbook_runner import REPO, run_playbook
 from test_site_playbook import NVIDIA_FACT  # what the nvidia_driver role writes
 
-SITE = REPO / "playbooks" / "site.yml"
 RECORD = "kubegpu.node/cordon"
-
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
 
 # Reachable in the preflight play only.
 UNREACHABLE_IN_ITS_BATCH = {
@@ -36,24 +28,21 @@ UNREACHABLE_IN_ITS_BATCH = {
 }
 
 
-def _run_site(
-    tmp_path: Path, cluster: SimCluster, hosts: dict, extra_vars: dict | None = None
-) -> subprocess.CompletedProcess:
-    facts = tmp_path / "facts.d"
+def _run_site(ansible, cluster: SimCluster, hosts: dict, extra_vars: dict | None = None):
+    facts = ansible.workdir / "facts.d"
     facts.mkdir(exist_ok=True)
     (facts / "nvidia.fact").write_text(json.dumps(NVIDIA_FACT))
-    variables = {
-        # The play asks for become; these hosts are this machine, already root or not, without sudo.
-        "ansible_become": False,
-        "kubegpu_kubeconfig": cluster.write_kubeconfig(str(tmp_path / "kubeconfig")),
-        "kubegpu_facts_dir": str(facts),
-        "kubegpu_gpu_labels": "static",
-        "kubegpu_device_plugin": False,
-        "kubegpu_validate": False,
-    }
+    inventory = ansible.inventory(
+        hosts,
+        kubegpu_kubeconfig=cluster.write_kubeconfig(str(ansible.workdir / "kubeconfig")),
+        kubegpu_facts_dir=str(facts),
+        kubegpu_gpu_labels="static",
+        kubegpu_device_plugin=False,
+        kubegpu_validate=False,
+    )
     # No --skip-tags for the role chain (its variables turn it off): it would also skip the drain window, whose tasks
     # carry the roles' tags. Playbook variables go in with -e: serial is decided before any host's variables are read.
-    return run_playbook(SITE, tmp_path, hosts, variables, "-e", json.dumps(extra_vars or {}))
+    return ansible.playbook(ansible.site, "-e", json.dumps(extra_vars or {}), inventory=inventory, skip_chain=False)
 
 
 def _labelled(cluster: SimCluster, node: str) -> bool:
@@ -69,9 +58,9 @@ def _hosts() -> dict:
     return {"gpu-a": {}, "gpu-b": dict(UNREACHABLE_IN_ITS_BATCH), "gpu-c": {}, "gpu-d": {}}
 
 
-def test_a_host_unreachable_in_its_batch_stops_the_roll_out(tmp_path):
+def test_a_host_unreachable_in_its_batch_stops_the_roll_out(ansible):
     with _cluster() as cluster:
-        completed = _run_site(tmp_path, cluster, _hosts(), {"kubegpu_serial": 2})
+        completed = _run_site(ansible, cluster, _hosts(), {"kubegpu_serial": 2})
     output = completed.stdout + completed.stderr
     # Before: Ansible dropped gpu-b, max_fail_percentage did not count it, and gpu-c and gpu-d were configured.
     assert completed.returncode != 0, output
@@ -85,9 +74,9 @@ def test_a_host_unreachable_in_its_batch_stops_the_roll_out(tmp_path):
     assert "PLAY [Deploy NVIDIA's device plugin" not in output
 
 
-def test_kubegpu_unreachable_continue_carries_on_without_the_host(tmp_path):
+def test_kubegpu_unreachable_continue_carries_on_without_the_host(ansible):
     with _cluster() as cluster:
-        completed = _run_site(tmp_path, cluster, _hosts(), {"kubegpu_serial": 2, "kubegpu_unreachable": "continue"})
+        completed = _run_site(ansible, cluster, _hosts(), {"kubegpu_serial": 2, "kubegpu_unreachable": "continue"})
     output = completed.stdout + completed.stderr
     # ansible-playbook's own exit status for a run with an unreachable host.
     assert completed.returncode == 4, output
@@ -98,16 +87,16 @@ def test_kubegpu_unreachable_continue_carries_on_without_the_host(tmp_path):
     assert "failed=0" in output.split("PLAY RECAP")[1]
 
 
-def test_kubegpu_unreachable_is_checked_before_any_host_changes(tmp_path):
+def test_kubegpu_unreachable_is_checked_before_any_host_changes(ansible):
     with _cluster() as cluster:
-        completed = _run_site(tmp_path, cluster, {"gpu-a": {}}, {"kubegpu_unreachable": "skip"})
+        completed = _run_site(ansible, cluster, {"gpu-a": {}}, {"kubegpu_unreachable": "skip"})
         assert not _labelled(cluster, "gpu-a")
     assert completed.returncode != 0
     # site.yml's argument specs (playbooks/vars/site_argument_specs.yml), checked on every host in the preflight play.
     assert "value of kubegpu_unreachable must be one of: stop, continue, got: skip" in completed.stdout
 
 
-def test_site_finishes_a_cordon_an_earlier_run_left_and_leaves_an_operators_alone(tmp_path):
+def test_site_finishes_a_cordon_an_earlier_run_left_and_leaves_an_operators_alone(ansible):
     with _cluster() as cluster:
         record = {"by": "kubegpu.node site.yml", "reason": "held back for a drain window: reboot", "at": "T"}
 
@@ -118,7 +107,7 @@ def test_site_finishes_a_cordon_an_earlier_run_left_and_leaves_an_operators_alon
         cluster.api.mutate(BY_PLURAL["nodes"], None, "gpu-a", recorded, "kubegpu.node")
         cluster.api.mutate(BY_PLURAL["nodes"], None, "gpu-b", lambda n: n["spec"].update(unschedulable=True), "ops")
         # Nothing is held back any more (the role chain is off): only the record opens gpu-a's window.
-        completed = _run_site(tmp_path, cluster, {"gpu-a": {}, "gpu-b": {}})
+        completed = _run_site(ansible, cluster, {"gpu-a": {}, "gpu-b": {}})
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         node_a = cluster.get_object("node", "gpu-a")

@@ -10,21 +10,13 @@ the "GPUs" in a file under the test's folder, and the facts go to a folder of th
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import yaml
 from kubesim import SimCluster, SimNode
 
-REPO = Path(__file__).resolve().parents[2]
-STANDIN = REPO / "tests" / "nvidia_smi_standin" / "nvidia_smi_standin.py"
-
-pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not on PATH")
+STANDIN = Path(__file__).resolve().parents[1] / "nvidia_smi_standin" / "nvidia_smi_standin.py"
 
 # The nvidia_driver role's facts for one A100-SXM4-40GB (the labels are worked out from them).
 NVIDIA_FACT = {
@@ -76,56 +68,32 @@ class Node:
         return sorted(gi["profile_id"] for gi in json.loads(self.state.read_text())["gpus"][0]["gis"])
 
 
-def run_site(tmp_path: Path, hosts: dict, kubeconfig: str, **extra_vars: object) -> subprocess.CompletedProcess:
-    inventory = {
-        "all": {
-            "children": {"gpu_nodes": {"hosts": hosts}},
-            "vars": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-                "ansible_become": False,
-                "kubegpu_device_plugin_wait_timeout": 30,
-                "kubegpu_validate": False,
-                "kubegpu_drain_timeout": 30,
-                "kubegpu_node_ready_timeout": 30,
-                # The role chain must never run on this machine; the MIG step runs against the stand-in.
-                "kubegpu_nvidia_driver": False,
-                "kubegpu_nvidia_container_toolkit": False,
-                "kubegpu_container_runtime": False,
-                "kubegpu_kubelet": False,
-                "kubegpu_kubeconfig": kubeconfig,
-                **extra_vars,
-            },
-        }
-    }
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections"),
-        ANSIBLE_NOCOLOR="true",
+def run_site(ansible, hosts: dict, kubeconfig: str, **extra_vars: object):
+    # The role chain is off (the harness's inventory); the MIG step runs against the stand-in. No --skip-tags for the
+    # chain: the drain window, where the layout is applied, carries the roles' tags.
+    inventory = ansible.inventory(
+        hosts,
+        kubegpu_device_plugin_wait_timeout=30,
+        kubegpu_validate=False,
+        kubegpu_drain_timeout=30,
+        kubegpu_node_ready_timeout=30,
+        kubegpu_kubeconfig=kubeconfig,
+        **extra_vars,
     )
-    return subprocess.run(
-        ["ansible-playbook", str(REPO / "playbooks" / "site.yml"), "-i", str(tmp_path / "inventory.yml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-        cwd=tmp_path,
-    )
+    return ansible.playbook(ansible.site, inventory=inventory, skip_chain=False)
 
 
-def test_a_mig_layout_is_held_for_the_drain_window_and_its_resources_waited_for(tmp_path):
+def test_a_mig_layout_is_held_for_the_drain_window_and_its_resources_waited_for(ansible, tmp_path):
     node = Node(tmp_path, "mig-1")
     # kubesim's node advertises the MIG devices the layout gives, once the plugin runs with the mixed strategy.
     with SimCluster(nodes=[SimNode("mig-1", gpus=1, mig_devices=BALANCED)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        completed = run_site(tmp_path, {"mig-1": node.host_vars(gpu_mig_layout="all-balanced")}, kubeconfig)
+        completed = run_site(ansible, {"mig-1": node.host_vars(gpu_mig_layout="all-balanced")}, kubeconfig)
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         # Held back in the batch, applied inside the drain window (the node was cordoned and drained for it).
         assert "MIG layout all-balanced is not applied yet: gpu_mig_apply is false" in output
-        assert "TASK [Cordon and drain node mig-1]" in output
+        assert "TASK [Cordon the node, with a record of why (annotation kubegpu.node/cordon), mig-1]" in output
         window = output.split("TASK [Apply the MIG layout (held back, or cleared by the reboot)]", 1)[1]
         assert re.search(
             r"TASK \[kubegpu.node.gpu_mig : Apply MIG layout all-balanced\] \**\nchanged: \[mig-1\]", window
@@ -149,18 +117,18 @@ def test_a_mig_layout_is_held_for_the_drain_window_and_its_resources_waited_for(
         assert not cluster.get_object("Node", "mig-1")["spec"].get("unschedulable")
 
         # A second run finds the layout there: nothing held back, no drain window.
-        again = run_site(tmp_path, {"mig-1": node.host_vars(gpu_mig_layout="all-balanced")}, kubeconfig)
+        again = run_site(ansible, {"mig-1": node.host_vars(gpu_mig_layout="all-balanced")}, kubeconfig)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert "TASK [Cordon and drain node" not in again.stdout
+        assert "TASK [Cordon the node" not in again.stdout and "TASK [Drain node" not in again.stdout
         assert node.instances() == [9, 14, 19, 19]
 
 
-def test_mps_nodes_are_labelled_for_the_control_daemon_and_count_gpus_times_replicas(tmp_path):
+def test_mps_nodes_are_labelled_for_the_control_daemon_and_count_gpus_times_replicas(ansible, tmp_path):
     node = Node(tmp_path, "mps-1")
     mps = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
     with SimCluster(nodes=[SimNode("mps-1", gpus=1)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        completed = run_site(tmp_path, {"mps-1": node.host_vars()}, kubeconfig, kubegpu_device_plugin_config=mps)
+        completed = run_site(ansible, {"mps-1": node.host_vars()}, kubeconfig, kubegpu_device_plugin_config=mps)
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         labels = cluster.get_object("Node", "mps-1")["metadata"]["labels"]
@@ -174,13 +142,13 @@ def test_mps_nodes_are_labelled_for_the_control_daemon_and_count_gpus_times_repl
         assert [p["spec"]["nodeName"] for p in daemons] == ["mps-1"]
 
 
-def test_mps_with_a_mig_layout_is_refused_before_any_change(tmp_path):
+def test_mps_with_a_mig_layout_is_refused_before_any_change(ansible, tmp_path):
     node = Node(tmp_path, "gpu-1")
     mps = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
     with SimCluster(nodes=[SimNode("gpu-1", gpus=1)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         completed = run_site(
-            tmp_path,
+            ansible,
             {"gpu-1": node.host_vars(gpu_mig_layout="all-1g.5gb")},
             kubeconfig,
             kubegpu_device_plugin_config=mps,
@@ -192,7 +160,7 @@ def test_mps_with_a_mig_layout_is_refused_before_any_change(tmp_path):
     assert node.instances() == []
 
 
-def test_a_layout_the_gpu_cannot_take_is_refused_in_the_preflight(tmp_path):
+def test_a_layout_the_gpu_cannot_take_is_refused_in_the_preflight(ansible, tmp_path):
     node = Node(tmp_path, "gpu-1")
     layouts = {
         "version": "v1",
@@ -201,7 +169,7 @@ def test_a_layout_the_gpu_cannot_take_is_refused_in_the_preflight(tmp_path):
     with SimCluster(nodes=[SimNode("gpu-1", gpus=1)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         completed = run_site(
-            tmp_path, {"gpu-1": node.host_vars(gpu_mig_layout="big", gpu_mig_layouts=layouts)}, kubeconfig
+            ansible, {"gpu-1": node.host_vars(gpu_mig_layout="big", gpu_mig_layouts=layouts)}, kubeconfig
         )
         output = completed.stdout + completed.stderr
         assert completed.returncode != 0, output
@@ -210,12 +178,12 @@ def test_a_layout_the_gpu_cannot_take_is_refused_in_the_preflight(tmp_path):
     assert json.loads(node.state.read_text())["gpus"][0]["mig"] == {"current": False, "pending": False}
 
 
-def test_a_mig_strategy_that_cannot_serve_a_layout_is_refused_in_the_preflight(tmp_path):
+def test_a_mig_strategy_that_cannot_serve_a_layout_is_refused_in_the_preflight(ansible, tmp_path):
     node = Node(tmp_path, "gpu-1")
     with SimCluster(nodes=[SimNode("gpu-1", gpus=1)], capacity_delay=0.2) as cluster:
         kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
         completed = run_site(
-            tmp_path,
+            ansible,
             {"gpu-1": node.host_vars(gpu_mig_layout="all-balanced")},
             kubeconfig,
             kubegpu_mig_strategy="single",
