@@ -96,7 +96,8 @@ class ActionModule(NodeAction):
     def _node_read(self, requests: list[str]) -> list[bytes | None]:
         """`r:PATH` (its bytes; None when missing) and `e:PATH` (b"" when it exists; None when not), in one command."""
         outcome = self.command(["sh", "-c", READ_SCRIPT, "-", *requests])
-        lines = outcome["stdout"].split("\n")
+        # splitlines: over SSH with become, Ansible runs the command in a terminal (ssh -tt), which ends lines "\r\n".
+        lines = outcome["stdout"].splitlines()
         if outcome["rc"] != 0 or len(lines) < len(requests):
             raise NodeError(
                 f"reading {', '.join(r[2:] for r in requests)} failed (rc {outcome['rc']}): "

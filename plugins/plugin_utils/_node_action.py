@@ -91,10 +91,12 @@ class NodeAction(ActionBase):
         For reads and for systemctl; never for a change that check mode must prevent.
         """
         outcome = self._low_level_execute_command(" ".join(shlex.quote(part) for part in argv))
+        # Over SSH with become, Ansible runs the command in a terminal (ssh -tt), which ends every line "\r\n"; the
+        # parsers get the command's own line ends back.
         return {
             "rc": outcome.get("rc"),
-            "stdout": to_text(outcome.get("stdout", "")),
-            "stderr": to_text(outcome.get("stderr", "")),
+            "stdout": to_text(outcome.get("stdout", "")).replace("\r\n", "\n"),
+            "stderr": to_text(outcome.get("stderr", "")).replace("\r\n", "\n"),
         }
 
     def stat(self, path: str, checksum: bool = False) -> dict[str, Any]:
