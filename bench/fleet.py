@@ -512,6 +512,18 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
+def cost_model(ns: list[float], ys: list[float]) -> tuple[float, float]:
+    """A per-host-task cost as a + b x hosts for the projection: the least-squares line where the cost grows with
+    the number of hosts (the main process's does: more hosts, more variables to walk), and otherwise the cost at the
+    largest size measured, held flat. A cost that falls between small sizes (the fixed start-up of a run spread over
+    more hosts, spare cores) must not be extrapolated: a line through it reaches zero, then negative CPU."""
+    a, b = fit_line(ns, ys)
+    if b > 0:
+        return a, b
+    largest = max(range(len(ns)), key=lambda i: ns[i])
+    return ys[largest], 0.0
+
+
 def projected_seconds(
     model: dict[str, Any], hosts: int, forks: int, serial_pct: float, cores: int
 ) -> tuple[float, list[str]]:
@@ -541,10 +553,11 @@ def projected_seconds(
 
 def projection(runs: list[dict[str, Any]], hosts: int, forks: int, serial_pct: float, cores: list[int]) -> str:
     """The time of a no-op run on `hosts` nodes from one controller (see bench/RESULTS.md for the model): the CPU per
-    host-task fitted on the sizes measured (a line in the number of hosts), the rest from the largest run."""
+    host-task from the sizes measured (cost_model: a line in the number of hosts where it grows, else the largest
+    size's), the rest from the largest run."""
     ns = [r["n"] for r in runs]
-    main_a, main_b = fit_line(ns, [r["main_per_host_task_ms"] for r in runs])
-    work_a, work_b = fit_line(ns, [r["worker_per_host_task_ms"] for r in runs])
+    main_a, main_b = cost_model(ns, [r["main_per_host_task_ms"] for r in runs])
+    work_a, work_b = cost_model(ns, [r["worker_per_host_task_ms"] for r in runs])
     biggest = max(runs, key=lambda r: r["n"])
     model = {
         "main_ms": main_a + main_b * hosts,

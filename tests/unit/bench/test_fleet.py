@@ -271,6 +271,35 @@ def test_fit_line_is_least_squares():
     assert fleet.fit_line([4], [5.0]) == (5.0, 0.0)
 
 
+def test_cost_model_follows_a_growing_cost():
+    assert fleet.cost_model([2, 8, 16], [12.0, 24.0, 40.0]) == pytest.approx((8.0, 2.0))
+
+
+def test_cost_model_holds_a_falling_cost_at_the_largest_size():
+    # bench/RESULTS.md, 2026-11-26: 9.2 ms per host-task at 2 hosts, 8.3 at 8. The line through them is 9.5 - 0.15 x
+    # hosts: negative from about 63 hosts on, so a 1,000-node projection came out as the latency bound alone.
+    a, b = fleet.cost_model([2, 8], [9.2, 8.3])
+    assert (a, b) == (8.3, 0.0)
+    assert a + b * 1000 == pytest.approx(8.3)
+    assert fleet.cost_model([16, 2, 8], [8.0, 9.2, 8.3]) == (8.0, 0.0)
+    assert fleet.cost_model([4], [5.0]) == (5.0, 0.0)
+
+
+def test_projection_of_a_falling_cost_is_the_main_process_bound(tmp_path):
+    # The cost per host-task falls from 2 to 8 hosts; 1,000 hosts must still cost the main process 8 hosts' figure
+    # for every host-task, not the latency bound alone.
+    small = _write_run(tmp_path / "n02-r1", hosts=2, cpu_main=3.0, cpu_children=6.0)
+    big = _write_run(tmp_path / "n08-r1", hosts=8, cpu_main=8.0, cpu_children=16.0)
+    runs = [fleet.summarise_run(small), fleet.summarise_run(big)]
+    assert runs[0]["main_per_host_task_ms"] > runs[1]["main_per_host_task_ms"]
+    out = fleet.report([small, big], hosts=1000, forks=50, serial_pct=25, cores=[16])
+    per_task_ms = runs[1]["main_per_host_task_ms"]
+    host_tasks = 1000 * runs[1]["host_tasks_per_host"]
+    minutes = float(next(line for line in out.splitlines() if line.startswith("| 16 |")).split("|")[2])
+    assert minutes >= host_tasks * per_task_ms / 1000 / 60 - 0.1
+    assert f"({per_task_ms:.1f} ms at 1000)" in out
+
+
 def test_report_has_a_row_per_run_and_projects_from_two_sizes(tmp_path):
     small = _write_run(tmp_path / "n02-r1", hosts=2, cpu_main=3.0, cpu_children=6.0)
     big = _write_run(tmp_path / "n08-r1", hosts=8, cpu_main=14.0, cpu_children=24.0)
