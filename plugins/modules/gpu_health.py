@@ -29,7 +29,8 @@ description:
     the GPU), C(reboot) (drain, then reboot the node), C(replace) (hardware service).
   - Parses nvidia-smi's XML of drivers 470 to 580 (DTD versions v11, v12 and v13; 580's read of a real H200 is a test
     fixture); any field a GPU does not support (C(N/A), for example ECC on a GeForce GPU) is left unjudged. The
-    driver's GPU recovery action (v13) counts: C(Reset) fails the GPU with action C(reset), C(Reboot) with C(reboot).
+    driver's GPU recovery action (v13) counts, where C(Reset) fails the GPU with action C(reset) and C(Reboot) with
+    C(reboot).
 author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:
