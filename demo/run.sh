@@ -15,92 +15,47 @@ image=${DEMO_IMAGE:-kubegpu-node-test:bookworm}
 clean_containers() { podman rm -f "${nodes[@]}" >/dev/null 2>&1 || true; }
 if [ "${1:-}" = "--clean" ]; then clean_containers; exit 0; fi
 
+# shellcheck source=demo/lib.sh
+. "$root/demo/lib.sh"
 mkdir -p "$work"
-sim_pid=""
+demo_sim_pid=""
 watch_pid=""
 run_pid=""
-aptrepo() { PYTHONPATH="$root/tests${PYTHONPATH:+:$PYTHONPATH}" python -m aptrepo "$@"; }
 finish() {
   if [ -n "$run_pid" ]; then kill "$run_pid" 2>/dev/null || true; fi
   if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null || true; fi
-  if [ -n "$sim_pid" ]; then kill "$sim_pid" 2>/dev/null || true; fi
-  for repo in cuda-driver nvidia-container-toolkit; do
-    if [ -d "$work/aptrepo/$repo/state" ]; then aptrepo serve stop "$work/aptrepo/$repo/state" >/dev/null 2>&1 || true; fi
-  done
+  if [ -n "$demo_sim_pid" ]; then kill "$demo_sim_pid" 2>/dev/null || true; fi
+  demo_stop_repos "$work"
   [ "${KEEP:-0}" = 1 ] || clean_containers
 }
 trap finish EXIT
 
 echo "== Starting ${#nodes[@]} containers that stand in for GPU nodes ($image)"
 clean_containers
-# Each node's address on podman's network, as demo/inventory.yml gives it (site.yml reaches the nodes over SSH there).
-declare -A address
-for n in "${nodes[@]}"; do
-  address[$n]=$(python -c 'import sys, yaml
-print(yaml.safe_load(open("demo/inventory.yml"))["all"]["children"]["gpu_nodes"]["hosts"][sys.argv[1]]["ansible_host"])' "$n")
-done
-for n in "${nodes[@]}"; do
-  # --restart always: `systemctl reboot` inside brings the container back, as a reboot does a host, at the same
-  # --ip. /sys/module is a tmpfs that the demo fills, as the kernel would, with the nvidia module "loaded"
-  # (demo/prepare.yml).
-  podman run -d --name "$n" --hostname "$n" --ip "${address[$n]}" --systemd=always --restart always \
-    --mount type=tmpfs,destination=/sys/module,notmpcopyup "$image" /sbin/init >/dev/null
-done
-# The key site.yml logs in with (demo/prepare.yml allows it for root).
-rm -rf "$work/ssh" && mkdir -m 0700 "$work/ssh"
-ssh-keygen -q -t ed25519 -N '' -C kubegpu-demo -f "$work/ssh/id_ed25519"
+# Each node at its address in demo/inventory.yml (site.yml reaches the nodes over SSH there).
+inventory_address() {
+  python -c 'import sys, yaml
+print(yaml.safe_load(open("demo/inventory.yml"))["all"]["children"]["gpu_nodes"]["hosts"][sys.argv[1]]["ansible_host"])' "$1"
+}
+for n in "${nodes[@]}"; do demo_start_node "$n" "$(inventory_address "$n")" "$image"; done
+demo_ssh_key "$work/ssh"
 
 echo "== Serving signed stand-ins of NVIDIA's CUDA and Container Toolkit repositories (tests/aptrepo)"
-for repo in cuda-driver nvidia-container-toolkit; do
-  rm -rf "$work/aptrepo/$repo" && mkdir -p "$work/aptrepo"
-  aptrepo build "tests/aptrepo/specs/$repo.yml" "$work/aptrepo/$repo/root" >"$work/aptrepo/$repo.keys.json"
-  aptrepo serve start "$work/aptrepo/$repo/root" "$work/aptrepo/$repo/state" >"$work/aptrepo/$repo.server.json"
-done
-python - "$work" >"$work/chain-vars.json" <<'PYTHON'
-import json, sys
-work = sys.argv[1]
-def load(name):
-    return json.load(open(f"{work}/aptrepo/{name}"))
-cuda_url = "http://host.containers.internal:%d" % load("cuda-driver.server.json")["port"]
-toolkit_url = "http://host.containers.internal:%d" % load("nvidia-container-toolkit.server.json")["port"]
-cuda_path = "compute/cuda/repos/debian12/x86_64"
-print(json.dumps({
-    "nvidia_driver_repository_url": f"{cuda_url}/current/{cuda_path}/",
-    "nvidia_driver_repository_key_url": f"{cuda_url}/good/{cuda_path}/3bf863cc.pub",
-    "nvidia_driver_repository_key_fingerprints": [load("cuda-driver.keys.json")["good"]],
-    "nvidia_container_toolkit_repo_url": f"{toolkit_url}/current/libnvidia-container",
-    "nvidia_container_toolkit_repo_key_fingerprints": [load("nvidia-container-toolkit.keys.json")["good"]],
-}, indent=2))
-PYTHON
+demo_serve_repos "$work"
 
 echo "== Starting the simulated Kubernetes API server (tests/kubesim, a stand-in for a real cluster)"
-rm -f "$work/kubeconfig"
-PYTHONPATH="$root/tests${PYTHONPATH:+:$PYTHONPATH}" python -m kubesim --tls --port 0 --kubeconfig "$work/kubeconfig" \
-  --node kubegpu-demo-node-1=8 --node kubegpu-demo-node-2=4 --capacity-delay 2 --capacity-spread 2 \
-  >"$work/kubesim.log" 2>&1 &
-sim_pid=$!
-for _ in $(seq 50); do [ -s "$work/kubeconfig" ] && break; sleep 0.2; done
-[ -s "$work/kubeconfig" ] || { echo "the simulated API server did not start:" >&2; cat "$work/kubesim.log" >&2; exit 1; }
-export KUBECONFIG="$work/kubeconfig"
-sim_url=$(kubectl config view -o jsonpath='{.clusters[0].cluster.server}')
+demo_start_kubesim "$work" --node kubegpu-demo-node-1=8 --node kubegpu-demo-node-2=4 --capacity-delay 2 \
+  --capacity-spread 2
+sim_url=$demo_sim_url
 # Each task's time, and the slowest tasks at the end of each run's log (bench/RESULTS.md uses them).
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 kubectl get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.capacity.nvidia\.com/gpu'
 
 echo "== Installing containerd, kernel headers and the stand-ins (kubelet, nvidia-smi, a loaded driver) in the containers"
 # It installs sshd, allows the key and writes the nodes' host keys to known_hosts, read through podman rather than
-# trusted on first use over the network; then prepares the rest over SSH.
-ansible-playbook -i demo/inventory.yml demo/prepare.yml -e "demo_ssh_public_key='$(cat "$work/ssh/id_ed25519.pub")'" \
-  -e "demo_known_hosts=$work/ssh/known_hosts" >"$work/prepare.log" || { cat "$work/prepare.log"; exit 1; }
-# The Debian kernel whose headers prepare installed: DKMS builds the driver for it (the host's kernel is not Debian's).
-kernel=$(podman exec "${nodes[0]}" sh -c 'ls /lib/modules | grep -- -amd64 | sort -V | tail -n 1')
-python - "$work/chain-vars.json" "$kernel" <<'PYTHON'
-import json, sys
-path, kernel = sys.argv[1], sys.argv[2]
-data = json.load(open(path))
-data["nvidia_driver_kernels"] = [kernel]
-json.dump(data, open(path, "w"), indent=2)
-PYTHON
+# trusted on first use over the network; then prepares the rest over SSH; DKMS builds the driver for the Debian
+# kernel whose headers it installed (the host's kernel is not Debian's).
+demo_prepare "$work" demo/inventory.yml "${nodes[0]}"
 
 # A node's kubelet posts a new boot ID when its machine reboots: this watcher tells the simulated API server when a
 # node's container restarted (a stand-in for that kubelet's status).
