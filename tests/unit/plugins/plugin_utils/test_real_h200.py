@@ -201,7 +201,7 @@ def test_the_loaded_version_of_the_open_kernel_module():
 
 
 def test_the_h200_is_a_hopper_gpu_the_branch_supports():
-    pci = [g for g in mig.parse_pci(mig.split_sections(real("mig_read_idle.txt"))["pci"]["text"])]
+    pci = mig.parse_pci(mig.split_sections(real("mig_read_idle.txt"))["pci"]["text"])
     assert pci == [{"pci_bus_id": "0000:00:06.0", "device_id": "0x233510DE", "index": 0}]
     assert nd.gpu_generation("10de:2335") == "Hopper"
     assert nd.gpu_support([{"device_id": "10de:2335"}], 580, "open") == []
