@@ -68,6 +68,14 @@ options:
     type: list
     elements: int
     default: []
+  facts_file:
+    description:
+      - A local facts file for the verdict (the role's C(<gpu_health_facts_dir>/nvidia_health.fact)), read in the same
+        command; the result then says whether the file already holds this verdict (RV(facts_current)) and gives its
+        text (RV(facts_content)), so that a run whose verdict is already there writes nothing. This action does not
+        write it.
+    type: path
+    default: ""
 notes:
   - Xids count from the node's boot; a GPU reset that cleared the fault does not clear the kernel log, so such a GPU
     stays failed until the next reboot, or until its Xid is listed in O(ignore_xids).
@@ -101,6 +109,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+facts_content:
+  description: The text of O(facts_file) for this verdict (JSON, keys sorted, four spaces, a final newline).
+  returned: when O(facts_file) is set
+  type: str
+facts_current:
+  description: Whether O(facts_file) already holds RV(facts_content), root's, mode 0644, in a folder of mode 0755.
+  returned: when O(facts_file) is set
+  type: bool
 gpu_health:
   description: The node's verdict, as the role writes it into C(ansible_local.nvidia_health).
   returned: success

@@ -35,6 +35,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -55,7 +57,9 @@ SEVERITIES = ("info", "degraded", "failed")
 MARKER = "@@kubegpu-health"
 
 # One read of the node, POSIX sh, no Python needed on the node. Arguments: $1 nvidia-smi, $2 kernel log file ("" for
-# the journal, else dmesg), $3 the PCI devices folder, $4 most Xid lines kept. Each section starts with a MARKER line.
+# the journal, else dmesg), $3 the PCI devices folder, $4 most Xid lines kept, $5 the verdict's local facts file (""
+# or missing: not read; else its folder's and its own owner, group and mode, and its text in base64, so that a run
+# whose verdict is already there writes nothing). Each section starts with a MARKER line.
 READ_SCRIPT = r"""
 smi=$1 klog=$2 pci=$3 keep=$4
 err=$(mktemp) || exit 1
@@ -86,6 +90,11 @@ for dev in "$pci"/*; do
   class=$(cat "$dev/class" 2>/dev/null)
   case "$class" in 0x0300*|0x0302*) echo "${dev##*/} $class" ;; esac
 done
+if [ -n "${5:-}" ]; then
+  printf '%s facts\n' "@@kubegpu-health"
+  [ -d "${5%/*}" ] && stat -c 'dir %U %G %a' "${5%/*}"
+  [ -f "$5" ] && stat -c 'file %U %G %a' "$5" && base64 "$5" | tr -d '\n' && echo
+fi
 printf '%s end\n' "@@kubegpu-health"
 """
 
@@ -408,6 +417,10 @@ class NodeRead:
     kernel_source: str = "none"  # journal | dmesg | file | none | unreadable
     kernel_log: str = ""
     pci: list[tuple[str, str]] = field(default_factory=list)  # (bus id, class)
+    # The local facts file's folder and file as "OWNER GROUP MODE" (None: missing), and the file's text
+    facts_dir: str | None = None
+    facts_file: str | None = None
+    facts_text: str | None = None
 
 
 def split_read(stdout: str) -> NodeRead:
@@ -442,7 +455,35 @@ def split_read(stdout: str) -> NodeRead:
         parts = line.split()
         if len(parts) >= 2:
             read.pci.append((normalise_bus_id(parts[0]), parts[1]))
+    facts = sections.get("facts", [])
+    for i, line in enumerate(facts):
+        kind, _, owner = line.partition(" ")
+        if kind == "dir":
+            read.facts_dir = owner
+        elif kind == "file":
+            read.facts_file = owner
+            encoded = facts[i + 1] if i + 1 < len(facts) else ""
+            try:
+                read.facts_text = base64.b64decode(encoded, validate=True).decode("utf-8")
+            except ValueError:
+                read.facts_text = None
     return read
+
+
+# The local facts file as the role writes it: root's, its folder 0755, itself 0644 (world-readable, as
+# ansible_local's other facts), the verdict as JSON with sorted keys.
+FACTS_DIR_OWNER = "root root 755"
+FACTS_FILE_OWNER = "root root 644"
+
+
+def facts_content(health: dict[str, Any]) -> str:
+    """The text of nvidia_health.fact for this verdict (the one rendering the role writes and compares)."""
+    return json.dumps(health, indent=4, sort_keys=True, separators=(",", ": "), ensure_ascii=False) + "\n"
+
+
+def facts_current(read: NodeRead, content: str) -> bool:
+    """Whether the node's facts file already holds `content`, with the owner and modes the role gives it."""
+    return (read.facts_dir, read.facts_file, read.facts_text) == (FACTS_DIR_OWNER, FACTS_FILE_OWNER, content)
 
 
 # ----- the verdict --------------------------------------------------------------------------------------------------
@@ -721,6 +762,14 @@ def summary(state: str, action: str, gpus: list[dict[str, Any]], reasons: list[s
 def judge(stdout: str, ignore_xids: list[int] | None = None) -> dict[str, Any]:
     """READ_SCRIPT's output to the verdict."""
     return verdict(split_read(stdout), ignore_xids)
+
+
+def judge_and_compare(stdout: str, ignore_xids: list[int] | None = None) -> tuple[dict[str, Any], str, bool]:
+    """READ_SCRIPT's output to the verdict, the facts file's text for it, and whether the node has that file already."""
+    read = split_read(stdout)
+    health = verdict(read, ignore_xids)
+    content = facts_content(health)
+    return health, content, facts_current(read, content)
 
 
 # ----- what the cluster side needs ----------------------------------------------------------------------------------
