@@ -27,8 +27,10 @@ description:
     be read (no driver loaded) - each with its reasons and the one action that would clear it, from the least to the
     most disruptive - C(application) (the GPU is fine, an application failed), C(watch), C(reset) (drain, then reset
     the GPU), C(reboot) (drain, then reboot the node), C(replace) (hardware service).
-  - Parses nvidia-smi's XML of drivers 470 to 550 and later (both DTD versions); any field a GPU does not support
-    (C(N/A), for example ECC on a GeForce GPU) is left unjudged.
+  - Parses nvidia-smi's XML of drivers 470 to 580 (DTD versions v11, v12 and v13; 580's read of a real H200 is a test
+    fixture); any field a GPU does not support (C(N/A), for example ECC on a GeForce GPU) is left unjudged. The
+    driver's GPU recovery action (v13) counts, where C(Reset) fails the GPU with action C(reset) and C(Reboot) with
+    C(reboot).
 author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:

@@ -8,11 +8,17 @@
 # node in one command (READ_SCRIPT below) and hands its output over.
 #
 # Sources of the facts (read, not copied):
-# - nvidia-smi's XML (`nvidia-smi -q -x`): the device DTD embedded in NVIDIA's nvidia-smi binary, nvsmi_device_v12.dtd
-#   in 535.261.03 (Debian 12's package nvidia-smi) and 550.163.01 (Debian 13), nvsmi_device_v11.dtd in 470.256.02
-#   (Debian 11): element names, which elements may hold "N/A", and the renaming of clocks_throttle_reasons (v11) to
-#   clocks_event_reasons (v12); the three shapes of the ECC counters (single_bit/double_bit before Ampere,
-#   sram/dram_(un)correctable, sram_uncorrectable_parity/secded on recent drivers); gpu_reset_status (v12).
+# - nvidia-smi's XML (`nvidia-smi -q -x`): the device DTD embedded in NVIDIA's nvidia-smi binary, nvsmi_device_v13.dtd
+#   in 580.159.04 (a real H200's output: tests/unit/plugins/plugin_utils/fixtures/real/h200_580),
+#   nvsmi_device_v12.dtd in 535.261.03 (Debian 12's package nvidia-smi) and 550.163.01 (Debian 13),
+#   nvsmi_device_v11.dtd in 470.256.02 (Debian 11): element names, which elements may hold "N/A", and the renaming of
+#   clocks_throttle_reasons (v11) to clocks_event_reasons (v12, v13); the three shapes of the ECC counters
+#   (single_bit/double_bit before Ampere, sram/dram_(un)correctable, sram_uncorrectable_parity/secded on recent
+#   drivers); gpu_reset_status (v12), which v13 no longer has: it writes gpu_recovery_action instead ("None" on a
+#   healthy GPU).
+# - NVIDIA's "Error Recovery and Response Flags" (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/): the recovery
+#   action is None, Reset (terminate the GPU's processes, nvidia-smi -r), Reboot (the OS may be inconsistent), Drain
+#   P2P (quiesce peer-to-peer traffic, then read the action again) or Drain and Reset (NVML_GPU_RECOVERY_ACTION_*).
 # - nvidia-smi(1) of 535.261.03: volatile counts are since the driver loaded, aggregate ones lifetime; a row pending
 #   remapping needs a GPU reset to take effect, "Remapping Failure Occurred" means remapping failed; pages pending
 #   retirement are blacklisted at the next reboot (driver reload); HW Slowdown, HW Thermal Slowdown, HW Power Brake
@@ -239,6 +245,7 @@ class GpuRead:
     slowdowns: list[str] = field(default_factory=list)  # active hardware-trouble clock event reasons
     reset_required: bool | None = None
     drain_and_reset_recommended: bool | None = None
+    recovery_action: str | None = None  # gpu_recovery_action (DTD v13): None, Reset, Reboot, Drain P2P, ...
 
 
 @dataclass
@@ -357,6 +364,7 @@ def _gpu(element: ET.Element, position: int) -> GpuRead:
         slowdowns=_slowdowns(element),
         reset_required=_yes(reset, "reset_required"),
         drain_and_reset_recommended=_yes(reset, "drain_and_reset_recommended"),
+        recovery_action=_text(element, "gpu_recovery_action"),
     )
 
 
@@ -536,6 +544,7 @@ def gpu_findings(gpu: GpuRead, xids: list[XidEvent], lost: bool = False) -> list
         found.append(Finding("failed", "reset", "the driver reports that a GPU reset is required"))
     elif gpu.drain_and_reset_recommended:
         found.append(Finding("degraded", "reset", "the driver recommends a drain and GPU reset"))
+    found += _recovery_findings(gpu)
     if gpu.link_width_current is not None and gpu.link_width_max and gpu.link_width_current < gpu.link_width_max:
         found.append(
             Finding(
@@ -579,6 +588,25 @@ def gpu_findings(gpu: GpuRead, xids: list[XidEvent], lost: bool = False) -> list
             )
         )
     return sorted(found, key=lambda f: -_rank(SEVERITIES, f.severity))
+
+
+def _recovery_findings(gpu: GpuRead) -> list[Finding]:
+    """What the driver's recovery action (DTD v13, as driver 580 writes it) asks for; a reset the older
+    gpu_reset_status already reported is not said twice."""
+    action = (gpu.recovery_action or "").strip()
+    words = action.lower()
+    if words in ("", "none"):
+        return []
+    said = f"the driver's recovery action is {action}"
+    if "reboot" in words:
+        return [Finding("failed", "reboot", f"{said}: reboot the node")]
+    if "reset" in words:
+        if gpu.reset_required:
+            return []
+        return [Finding("failed", "reset", f"{said}: drain the GPU's work, then reset it (nvidia-smi -r)")]
+    if "drain" in words:
+        return [Finding("degraded", "reset", f"{said}: stop the GPU's peer-to-peer work, then read its health again")]
+    return [Finding("degraded", "watch", f"{said} (not in this collection's list: see NVIDIA's documentation)")]
 
 
 def _finding_dicts(findings: list[Finding]) -> list[dict[str, str]]:
