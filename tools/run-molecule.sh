@@ -10,8 +10,9 @@ cd "$root" || exit 1
 jobs=${MOLECULE_JOBS:-3}
 logs="$root/.tmp/molecule"
 mkdir -p "$logs"
-# apt's archive of downloaded packages, shared by every scenario's containers (.config/molecule/config.yml).
-mkdir -p "$root/.tmp/apt-archives/partial"
+# Not shared between scenarios: apt's archive of downloaded packages. A folder of the host mounted into every
+# container was tried: apt does not wait for its lock (/var/cache/apt/archives/lock; DPkg::Lock::Timeout covers dpkg's
+# lock only), so two scenarios installing at once failed with "Could not get lock".
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
