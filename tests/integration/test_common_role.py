@@ -53,7 +53,7 @@ def _collection(ansible, os_files: dict[str, dict]) -> Path:
     return root
 
 
-def _run(ansible, os_files: dict[str, dict], plays: int = 1, roles: int = 1, **host: object):
+def _run(ansible, os_files: dict[str, dict], plays: int = 1, roles: int = 1, play_vars=None, **host: object):
     collections = _collection(ansible, os_files)
     playbook = ansible.workdir / "probe.yml"
     play = {
@@ -61,7 +61,8 @@ def _run(ansible, os_files: dict[str, dict], plays: int = 1, roles: int = 1, **h
         "gather_facts": False,
         "tasks": [{"name": "The probe role", "ansible.builtin.include_role": {"name": "kubegpu.node.probe"}}] * roles,
     }
-    playbook.write_text(yaml.safe_dump([{"name": f"Probe {n}", **play} for n in range(plays)]))
+    play_vars = play_vars or [{}] * plays
+    playbook.write_text(yaml.safe_dump([{"name": f"Probe {n}", **play, "vars": play_vars[n]} for n in range(plays)]))
     inventory = ansible.inventory({"node-a": dict(host)}, probe_out=str(ansible.workdir / "out.json"))
     return ansible.playbook(
         playbook, inventory=inventory, env={"ANSIBLE_COLLECTIONS_PATH": str(collections)}, skip_chain=False
@@ -136,6 +137,14 @@ def test_the_python_check_runs_once_a_run_however_many_roles_start_with_the_laye
     run = _run(ansible, {"default.yml": SHARED}, plays=2, roles=2, ansible_python_interpreter=interpreter)
     assert run.returncode == 0, run.output
     assert calls.read_text().splitlines() == ["check"], run.output
+
+
+def test_another_interpreter_later_in_the_run_is_checked_again(ansible):
+    # molecule/containerd's verify gives one task an old interpreter after the role ran with the node's python3.
+    old = _interpreter(ansible, 'echo "2.7 /usr/bin/python2.7"\n')
+    run = _run(ansible, {"default.yml": SHARED}, plays=2, play_vars=[{}, {"ansible_python_interpreter": old}])
+    assert run.returncode != 0, run.output
+    assert "node-a has no Python 3.8 or later (it has Python 2.7 /usr/bin/python2.7)" in run.output, run.output
 
 
 def test_a_missing_python_is_refused_with_the_shells_error(ansible):
