@@ -233,3 +233,12 @@ def test_an_answer_without_its_end_is_refused(outcome, message):
     node = cn.SnapshotNode(lambda argv: outcome)
     with pytest.raises(cn.ReadError, match=message):
         node.read("/etc/a")
+
+
+def test_a_name_with_a_line_break_that_an_import_may_name_is_refused(tmp_path):
+    (tmp_path / "a\n@@file x.toml").write_text("")
+    (tmp_path / "b\n.conf").write_text("")
+    node = cn.SnapshotNode(shell(tmp_path / "tmp"))
+    assert node.glob(f"{tmp_path}/*.conf-not") == []
+    with pytest.raises(cc.ConfigError, match="has a line break"):
+        node.glob(f"{tmp_path}/*.toml")
