@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Capture what a real NVIDIA GPU node answers to the collection's own node reads, for test fixtures.
 
     python tools/capture_gpu_fixtures.py emit DIR     # here: writes DIR/run.sh and the read scripts, verbatim from

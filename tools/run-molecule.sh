@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Runs each molecule scenario named (all of them by default) with the full test sequence and reports each one's time.
-# MOLECULE_JOBS scenarios run at once (default 2): most of a scenario's time is spent waiting on apt, dpkg and systemd
-# inside its containers, not on the controller's CPU, so two at a time shorten the run even on a two-core machine.
+# MOLECULE_JOBS scenarios run at once (default 3): most of a scenario's time is spent waiting on apt, dpkg and systemd
+# inside its containers, not on the controller's CPU, so three at a time shorten the run even on a two-core machine
+# (bench/RESULTS.md, "CI time": the scenarios take about 105 minutes one after another, the longest 27).
 # Each scenario's output goes to .tmp/molecule/<scenario>.log; the end of a failed scenario's log is printed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
-jobs=${MOLECULE_JOBS:-2}
+jobs=${MOLECULE_JOBS:-3}
 logs="$root/.tmp/molecule"
 mkdir -p "$logs"
+# Not shared between scenarios: apt's archive of downloaded packages. A folder of the host mounted into every
+# container was tried: apt does not wait for its lock (/var/cache/apt/archives/lock; DPkg::Lock::Timeout covers dpkg's
+# lock only), so two scenarios installing at once failed with "Could not get lock".
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
 # The longest scenarios start first so that the others run beside them rather than after them: nvidia_driver builds
-# Debian's real driver with DKMS, by far the longest scenario.
-long_first=(nvidia_driver)
+# Debian's real driver with DKMS, by far the longest scenario; then containerd and docker_malformed (about 14 minutes
+# each in the last full run).
+long_first=(nvidia_driver containerd docker_malformed)
 ordered=()
 for s in "${long_first[@]}"; do
   for t in "${scenarios[@]}"; do [ "$t" = "$s" ] && ordered+=("$s"); done

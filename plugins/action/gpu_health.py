@@ -18,6 +18,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "pci_devices_dir": {"type": "str", "default": "/sys/bus/pci/devices"},
     "max_xid_lines": {"type": "int", "default": 2000},
     "ignore_xids": {"type": "list", "elements": "int", "default": []},
+    "facts_file": {"type": "path", "default": ""},
 }
 
 
@@ -39,11 +40,15 @@ class ActionModule(NodeAction):
                 args["kernel_log_file"],
                 args["pci_devices_dir"],
                 str(args["max_xid_lines"]),
+                args["facts_file"],
             ]
         )
         try:
-            health = gh.judge(outcome["stdout"], args["ignore_xids"])
+            health, content, current = gh.judge_and_compare(outcome["stdout"], args["ignore_xids"])
         except gh.HealthReadError as exc:
             said = " ".join(outcome["stderr"].split())[:300]
             raise gh.HealthReadError(f"{exc} (exit {outcome['rc']}{': ' + said if said else ''})") from None
-        return {"changed": False, "gpu_health": health, "msg": health["summary"]}
+        result = {"changed": False, "gpu_health": health, "msg": health["summary"]}
+        if args["facts_file"]:
+            result.update(facts_content=content, facts_current=current)
+        return result

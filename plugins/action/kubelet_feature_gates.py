@@ -59,10 +59,14 @@ CONFIG_DIR_SINCE = (1, 28)
 # A kubelet that systemd says is starting (or running) but that does not answer yet is asked again for this long.
 HEALTH_TRIES = 15
 HEALTH_DELAY = 2.0
-# Reads files (r:PATH, printed in base64 on one line; "-" when missing, "?" when not a regular file) and tests paths
-# (e:PATH: "1" or "-") in one command: POSIX sh and coreutils' base64, nothing else on the node.
+# Reads files (r:PATH, printed in base64 on one line; "-" when missing, "?" when not a regular file), tests paths
+# (e:PATH: "1" or "-") and lists folders (l:FOLDER/PATTERN: the regular files, links to one included, whose names
+# match the shell pattern, hidden ones left out, in base64 on one line; "-" when the folder is missing) in one command:
+# POSIX sh and coreutils' base64, nothing else on the node.
 READ_SCRIPT = (
     'for a; do p=${a#??}; case $a in e:*) if [ -e "$p" ] || [ -L "$p" ]; then echo 1; else echo -; fi;; '
+    'l:*) d=${p%/*}; if [ -d "$d" ]; then for f in "$d"/${p##*/}; do [ -f "$f" ] && printf "%s\\n" "$f"; done '
+    '| base64 | tr -d "\\n"; echo; else echo -; fi;; '
     '*) if [ -f "$p" ]; then c=$(base64 < "$p") || exit 3; printf %s "$c" | tr -d "\\n"; echo; '
     "elif [ -e \"$p\" ]; then echo '?'; else echo -; fi;; esac; done"
 )
@@ -78,24 +82,14 @@ class ActionModule(NodeAction):
 
     def _texts(self, paths: list[str]) -> dict[str, str | None]:
         """Several files read in one command (None: it does not exist)."""
-        wanted = list(dict.fromkeys(p for p in paths if p))
-        if not wanted:
+        if not any(paths):
             return {}
-        found = self._node_read([f"r:{path}" for path in wanted])
-        texts: dict[str, str | None] = {}
-        for path, data in zip(wanted, found):
-            if data is None:
-                texts[path] = None
-                continue
-            try:
-                texts[path] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ks.PlanError(f"{path} is not UTF-8 text; it was left untouched") from None
-        return texts
+        return self._reads(paths, [])[0]
 
     def _node_read(self, requests: list[str]) -> list[bytes | None]:
-        """`r:PATH` (its bytes; None when missing) and `e:PATH` (b"" when it exists; None when not), in one command."""
-        outcome = self.command(["sh", "-c", READ_SCRIPT, "-", *requests])
+        """`r:PATH` (its bytes; None when missing), `e:PATH` (b"" when it exists; None when not) and `l:FOLDER/PATTERN`
+        (the matching files' paths, one a line; None when the folder is missing), in one command."""
+        outcome = self.command(self._read_argv(requests))
         lines = outcome["stdout"].splitlines()
         if outcome["rc"] != 0 or len(lines) < len(requests):
             raise NodeError(
@@ -127,7 +121,21 @@ class ActionModule(NodeAction):
         if args["cdi_devices"]:
             managed["DevicePluginCDIDevices"] = True
 
-        in_use = self._units_in_use([unit for distribution in args["embedded"] for unit in distribution["units"]])
+        # Every read the plan may start with, in one round trip: which k3s/rke2 units are in use, each binary's
+        # version, what systemd says of each unit, and the provisioners' markers.
+        embedded_units = [unit for distribution in args["embedded"] for unit in distribution["units"]]
+        markers = [entry["marker"] for entry in args["provisioners"]]
+        self.prefetch(
+            [
+                *([self._units_argv(embedded_units)] if embedded_units else []),
+                *[[distribution["binary"], "--version"] for distribution in args["embedded"]],
+                *[self._show_argv(unit) for unit in embedded_units],
+                [args["binary"], "--version"],
+                self._show_argv(args["service"]),
+                *([self._read_argv([f"e:{marker}" for marker in markers])] if markers else []),
+            ]
+        )
+        in_use = self._units_in_use(embedded_units)
         for distribution in args["embedded"]:
             unit = next((unit for unit in distribution["units"] if unit in in_use), None)
             if unit:
@@ -147,11 +155,13 @@ class ActionModule(NodeAction):
         resolved = ks.resolve(unit, texts)
         config_path = ks.last_flag(resolved.values(), "--config")
         config_dir = ks.last_flag(resolved.values(), "--config-dir")
-        config_text = self._text(config_path) if config_path else None
-        dropin_texts: dict[str, str] = {}
-        if config_dir and version >= CONFIG_DIR_SINCE:
-            found = self._texts(self._find(config_dir, "*.conf"))
-            dropin_texts = {path: text for path, text in found.items() if text is not None}
+        # The config file and the drop-in folder's listing in one command, then the drop-ins (when there are any).
+        listed_dir = config_dir if config_dir and version >= CONFIG_DIR_SINCE else None
+        read, lists = self._reads([config_path] if config_path else [], [f"{listed_dir}/*.conf"] if listed_dir else [])
+        config_text = read.get(config_path) if config_path else None
+        dropins = lists[0] if listed_dir else []
+        found = self._texts(dropins)
+        dropin_texts = {path: text for path, text in found.items() if text is not None}
 
         planned = ks.plan(
             version=version,
@@ -170,12 +180,41 @@ class ActionModule(NodeAction):
         out.update(config_file=config_path, config_dir=config_dir)
         return out
 
+    @staticmethod
+    def _show_argv(service: str) -> list[str]:
+        properties = ",".join(ks.SHOW_PROPERTIES)
+        return ["sh", "-c", 'systemctl show "$1" --property="$2" && systemctl --version', "-", service, properties]
+
+    @staticmethod
+    def _units_argv(units: list[str]) -> list[str]:
+        return ["systemctl", "show", *units, "--property=Id,LoadState,UnitFileState,ActiveState"]
+
+    @staticmethod
+    def _read_argv(requests: list[str]) -> list[str]:
+        return ["sh", "-c", READ_SCRIPT, "-", *requests]
+
+    def _reads(self, paths: list[str], patterns: list[str]) -> tuple[dict[str, str | None], list[list[str]]]:
+        """Files' texts (None: missing) and the files that folder patterns (FOLDER/PATTERN) match, in one command."""
+        paths = list(dict.fromkeys(p for p in paths if p))
+        if not paths and not patterns:
+            return {}, []
+        found = self._node_read([f"r:{path}" for path in paths] + [f"l:{pattern}" for pattern in patterns])
+        texts = {path: self._decode(path, data) for path, data in zip(paths, found)}
+        listed = [sorted((data or b"").decode("utf-8", "surrogateescape").splitlines()) for data in found[len(paths) :]]
+        return texts, listed
+
+    @staticmethod
+    def _decode(path: str, data: bytes | None) -> str | None:
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ks.PlanError(f"{path} is not UTF-8 text; it was left untouched") from None
+
     def _read_unit(self, service: str, more: list[str]) -> tuple[ks.UnitFiles, dict[str, str | None]]:
         """What systemd says of the unit, and the text of its files, its environment files and `more`."""
-        properties = ",".join(ks.SHOW_PROPERTIES)
-        shown = self.command(
-            ["sh", "-c", 'systemctl show "$1" --property="$2" && systemctl --version', "-", service, properties]
-        )
+        shown = self.command(self._show_argv(service))
         if shown["rc"] != 0:
             raise ks.PlanError(f"systemctl show {service} failed: {(shown['stderr'] or shown['stdout']).strip()}")
         unit = ks.parse_show(shown["stdout"], service)
@@ -275,12 +314,8 @@ class ActionModule(NodeAction):
         """Which of `units` are installed and enabled or running (a k3s/rke2 node runs one of them), in one command."""
         if not units:
             return set()
-        shown = self.command(["systemctl", "show", *units, "--property=Id,LoadState,UnitFileState,ActiveState"])
+        shown = self.command(self._units_argv(units))
         return set(ke.units_in_use(shown["stdout"])) if shown["rc"] == 0 else set()
-
-    def _find(self, folder: str, pattern: str) -> list[str]:
-        found = self.module("ansible.legacy.find", {"paths": [folder], "patterns": [pattern], "file_type": "file"})
-        return sorted(entry["path"] for entry in found.get("files", []))
 
     def _plan_embedded(
         self,
@@ -303,12 +338,14 @@ class ActionModule(NodeAction):
         resolved = ks.resolve(unit_files, unit_texts)
         environment = {name: found.value.value for name, found in resolved.defs.items()}
         config, cli_args = ke.unit_overrides(resolved.values(), environment, name, distribution["config_file"])
-        files = [config, *self._find(config + ".d", "*.yaml")]
-        dropins: list[str] = []
         since = distribution.get("kubelet_dropin_since")
-        if distribution.get("kubelet_dropin_dir") and since and version >= kg.parse_minor(since):
-            dropins = self._find(distribution["kubelet_dropin_dir"], "*.conf")
-        texts = self._texts(files + dropins)
+        read_dropins = bool(distribution.get("kubelet_dropin_dir") and since and version >= kg.parse_minor(since))
+        # The config file with the two folders' listings in one command; then the files found there, if any.
+        patterns = [f"{config}.d/*.yaml", *([f"{distribution['kubelet_dropin_dir']}/*.conf"] if read_dropins else [])]
+        texts, listed = self._reads([config], patterns)
+        files = [config, *listed[0]]
+        dropins = listed[1] if read_dropins else []
+        texts.update(self._texts(files[1:] + dropins))
         planned = ke.plan(
             name=name,
             version=version,

@@ -27,8 +27,10 @@ description:
     be read (no driver loaded) - each with its reasons and the one action that would clear it, from the least to the
     most disruptive - C(application) (the GPU is fine, an application failed), C(watch), C(reset) (drain, then reset
     the GPU), C(reboot) (drain, then reboot the node), C(replace) (hardware service).
-  - Parses nvidia-smi's XML of drivers 470 to 550 and later (both DTD versions); any field a GPU does not support
-    (C(N/A), for example ECC on a GeForce GPU) is left unjudged.
+  - Parses nvidia-smi's XML of drivers 470 to 580 (DTD versions v11, v12 and v13; 580's read of a real H200 is a test
+    fixture); any field a GPU does not support (C(N/A), for example ECC on a GeForce GPU) is left unjudged. The
+    driver's GPU recovery action (v13) counts, where C(Reset) fails the GPU with action C(reset) and C(Reboot) with
+    C(reboot).
 author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:
@@ -66,6 +68,14 @@ options:
     type: list
     elements: int
     default: []
+  facts_file:
+    description:
+      - A local facts file for the verdict (the role's C(<gpu_health_facts_dir>/nvidia_health.fact)), read in the same
+        command; the result then says whether the file already holds this verdict (RV(facts_current)) and gives its
+        text (RV(facts_content)), so that a run whose verdict is already there writes nothing. This action does not
+        write it.
+    type: path
+    default: ""
 notes:
   - Xids count from the node's boot; a GPU reset that cleared the fault does not clear the kernel log, so such a GPU
     stays failed until the next reboot, or until its Xid is listed in O(ignore_xids).
@@ -99,6 +109,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+facts_content:
+  description: The text of O(facts_file) for this verdict (JSON, keys sorted, four spaces, a final newline).
+  returned: when O(facts_file) is set
+  type: str
+facts_current:
+  description: Whether O(facts_file) already holds RV(facts_content), root's, mode 0644, in a folder of mode 0755.
+  returned: when O(facts_file) is set
+  type: bool
 gpu_health:
   description: The node's verdict, as the role writes it into C(ansible_local.nvidia_health).
   returned: success

@@ -8,11 +8,17 @@
 # node in one command (READ_SCRIPT below) and hands its output over.
 #
 # Sources of the facts (read, not copied):
-# - nvidia-smi's XML (`nvidia-smi -q -x`): the device DTD embedded in NVIDIA's nvidia-smi binary, nvsmi_device_v12.dtd
-#   in 535.261.03 (Debian 12's package nvidia-smi) and 550.163.01 (Debian 13), nvsmi_device_v11.dtd in 470.256.02
-#   (Debian 11): element names, which elements may hold "N/A", and the renaming of clocks_throttle_reasons (v11) to
-#   clocks_event_reasons (v12); the three shapes of the ECC counters (single_bit/double_bit before Ampere,
-#   sram/dram_(un)correctable, sram_uncorrectable_parity/secded on recent drivers); gpu_reset_status (v12).
+# - nvidia-smi's XML (`nvidia-smi -q -x`): the device DTD embedded in NVIDIA's nvidia-smi binary, nvsmi_device_v13.dtd
+#   in 580.159.04 (a real H200's output: tests/unit/plugins/plugin_utils/fixtures/real/h200_580),
+#   nvsmi_device_v12.dtd in 535.261.03 (Debian 12's package nvidia-smi) and 550.163.01 (Debian 13),
+#   nvsmi_device_v11.dtd in 470.256.02 (Debian 11): element names, which elements may hold "N/A", and the renaming of
+#   clocks_throttle_reasons (v11) to clocks_event_reasons (v12, v13); the three shapes of the ECC counters
+#   (single_bit/double_bit before Ampere, sram/dram_(un)correctable, sram_uncorrectable_parity/secded on recent
+#   drivers); gpu_reset_status (v12), which v13 no longer has: it writes gpu_recovery_action instead ("None" on a
+#   healthy GPU).
+# - NVIDIA's "Error Recovery and Response Flags" (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/): the recovery
+#   action is None, Reset (terminate the GPU's processes, nvidia-smi -r), Reboot (the OS may be inconsistent), Drain
+#   P2P (quiesce peer-to-peer traffic, then read the action again) or Drain and Reset (NVML_GPU_RECOVERY_ACTION_*).
 # - nvidia-smi(1) of 535.261.03: volatile counts are since the driver loaded, aggregate ones lifetime; a row pending
 #   remapping needs a GPU reset to take effect, "Remapping Failure Occurred" means remapping failed; pages pending
 #   retirement are blacklisted at the next reboot (driver reload); HW Slowdown, HW Thermal Slowdown, HW Power Brake
@@ -29,6 +35,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -49,7 +57,9 @@ SEVERITIES = ("info", "degraded", "failed")
 MARKER = "@@kubegpu-health"
 
 # One read of the node, POSIX sh, no Python needed on the node. Arguments: $1 nvidia-smi, $2 kernel log file ("" for
-# the journal, else dmesg), $3 the PCI devices folder, $4 most Xid lines kept. Each section starts with a MARKER line.
+# the journal, else dmesg), $3 the PCI devices folder, $4 most Xid lines kept, $5 the verdict's local facts file (""
+# or missing: not read; else its folder's and its own owner, group and mode, and its text in base64, so that a run
+# whose verdict is already there writes nothing). Each section starts with a MARKER line.
 READ_SCRIPT = r"""
 smi=$1 klog=$2 pci=$3 keep=$4
 err=$(mktemp) || exit 1
@@ -80,6 +90,11 @@ for dev in "$pci"/*; do
   class=$(cat "$dev/class" 2>/dev/null)
   case "$class" in 0x0300*|0x0302*) echo "${dev##*/} $class" ;; esac
 done
+if [ -n "${5:-}" ]; then
+  printf '%s facts\n' "@@kubegpu-health"
+  [ -d "${5%/*}" ] && stat -c 'dir %U %G %a' "${5%/*}"
+  [ -f "$5" ] && stat -c 'file %U %G %a' "$5" && base64 "$5" | tr -d '\n' && echo
+fi
 printf '%s end\n' "@@kubegpu-health"
 """
 
@@ -230,6 +245,7 @@ class GpuRead:
     slowdowns: list[str] = field(default_factory=list)  # active hardware-trouble clock event reasons
     reset_required: bool | None = None
     drain_and_reset_recommended: bool | None = None
+    recovery_action: str | None = None  # gpu_recovery_action (DTD v13): None, Reset, Reboot, Drain P2P, ...
 
 
 @dataclass
@@ -348,6 +364,7 @@ def _gpu(element: ET.Element, position: int) -> GpuRead:
         slowdowns=_slowdowns(element),
         reset_required=_yes(reset, "reset_required"),
         drain_and_reset_recommended=_yes(reset, "drain_and_reset_recommended"),
+        recovery_action=_text(element, "gpu_recovery_action"),
     )
 
 
@@ -400,6 +417,10 @@ class NodeRead:
     kernel_source: str = "none"  # journal | dmesg | file | none | unreadable
     kernel_log: str = ""
     pci: list[tuple[str, str]] = field(default_factory=list)  # (bus id, class)
+    # The local facts file's folder and file as "OWNER GROUP MODE" (None: missing), and the file's text
+    facts_dir: str | None = None
+    facts_file: str | None = None
+    facts_text: str | None = None
 
 
 def split_read(stdout: str) -> NodeRead:
@@ -434,7 +455,35 @@ def split_read(stdout: str) -> NodeRead:
         parts = line.split()
         if len(parts) >= 2:
             read.pci.append((normalise_bus_id(parts[0]), parts[1]))
+    facts = sections.get("facts", [])
+    for i, line in enumerate(facts):
+        kind, _, owner = line.partition(" ")
+        if kind == "dir":
+            read.facts_dir = owner
+        elif kind == "file":
+            read.facts_file = owner
+            encoded = facts[i + 1] if i + 1 < len(facts) else ""
+            try:
+                read.facts_text = base64.b64decode(encoded, validate=True).decode("utf-8")
+            except ValueError:
+                read.facts_text = None
     return read
+
+
+# The local facts file as the role writes it: root's, its folder 0755, itself 0644 (world-readable, as
+# ansible_local's other facts), the verdict as JSON with sorted keys.
+FACTS_DIR_OWNER = "root root 755"
+FACTS_FILE_OWNER = "root root 644"
+
+
+def facts_content(health: dict[str, Any]) -> str:
+    """The text of nvidia_health.fact for this verdict (the one rendering the role writes and compares)."""
+    return json.dumps(health, indent=4, sort_keys=True, separators=(",", ": "), ensure_ascii=False) + "\n"
+
+
+def facts_current(read: NodeRead, content: str) -> bool:
+    """Whether the node's facts file already holds `content`, with the owner and modes the role gives it."""
+    return (read.facts_dir, read.facts_file, read.facts_text) == (FACTS_DIR_OWNER, FACTS_FILE_OWNER, content)
 
 
 # ----- the verdict --------------------------------------------------------------------------------------------------
@@ -495,6 +544,7 @@ def gpu_findings(gpu: GpuRead, xids: list[XidEvent], lost: bool = False) -> list
         found.append(Finding("failed", "reset", "the driver reports that a GPU reset is required"))
     elif gpu.drain_and_reset_recommended:
         found.append(Finding("degraded", "reset", "the driver recommends a drain and GPU reset"))
+    found += _recovery_findings(gpu)
     if gpu.link_width_current is not None and gpu.link_width_max and gpu.link_width_current < gpu.link_width_max:
         found.append(
             Finding(
@@ -538,6 +588,25 @@ def gpu_findings(gpu: GpuRead, xids: list[XidEvent], lost: bool = False) -> list
             )
         )
     return sorted(found, key=lambda f: -_rank(SEVERITIES, f.severity))
+
+
+def _recovery_findings(gpu: GpuRead) -> list[Finding]:
+    """What the driver's recovery action (DTD v13, as driver 580 writes it) asks for; a reset the older
+    gpu_reset_status already reported is not said twice."""
+    action = (gpu.recovery_action or "").strip()
+    words = action.lower()
+    if words in ("", "none"):
+        return []
+    said = f"the driver's recovery action is {action}"
+    if "reboot" in words:
+        return [Finding("failed", "reboot", f"{said}: reboot the node")]
+    if "reset" in words:
+        if gpu.reset_required:
+            return []
+        return [Finding("failed", "reset", f"{said}: drain the GPU's work, then reset it (nvidia-smi -r)")]
+    if "drain" in words:
+        return [Finding("degraded", "reset", f"{said}: stop the GPU's peer-to-peer work, then read its health again")]
+    return [Finding("degraded", "watch", f"{said} (not in this collection's list: see NVIDIA's documentation)")]
 
 
 def _finding_dicts(findings: list[Finding]) -> list[dict[str, str]]:
@@ -693,6 +762,14 @@ def summary(state: str, action: str, gpus: list[dict[str, Any]], reasons: list[s
 def judge(stdout: str, ignore_xids: list[int] | None = None) -> dict[str, Any]:
     """READ_SCRIPT's output to the verdict."""
     return verdict(split_read(stdout), ignore_xids)
+
+
+def judge_and_compare(stdout: str, ignore_xids: list[int] | None = None) -> tuple[dict[str, Any], str, bool]:
+    """READ_SCRIPT's output to the verdict, the facts file's text for it, and whether the node has that file already."""
+    read = split_read(stdout)
+    health = verdict(read, ignore_xids)
+    content = facts_content(health)
+    return health, content, facts_current(read, content)
 
 
 # ----- what the cluster side needs ----------------------------------------------------------------------------------

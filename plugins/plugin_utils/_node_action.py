@@ -26,6 +26,50 @@ class NodeError(Exception):
     """A module or command on the node failed; the text is its own message."""
 
 
+# Several commands in one round trip (NodeAction.commands): each runs as its argv says (no shell in between, stdin
+# empty), and its exit code, stdout and stderr come back under a marker line, the two outputs in base64 on one line
+# each, so that no output (a terminal's \r\n, a line that looks like a marker) can be taken for another's.
+COMMANDS_MARK = "@@kubegpu-command"
+_COMMANDS_HEAD = (
+    "d=$(mktemp -d) || exit 1\ntrap 'rm -rf \"$d\"' EXIT\n"
+    'run() { n=$1; shift; "$@" >"$d/o" 2>"$d/e" </dev/null; rc=$?; printf \'%s %s %s\\n\' '
+    f'{COMMANDS_MARK} "$n" "$rc"; '
+    "base64 <\"$d/o\" | tr -d '\\n'; echo; base64 <\"$d/e\" | tr -d '\\n'; echo; }\n"
+)
+
+
+def commands_script(argvs: list[list[str]]) -> str:
+    """The POSIX sh script that runs each argv in turn (NodeAction.commands)."""
+    lines = [f"run {i} " + " ".join(shlex.quote(part) for part in argv) for i, argv in enumerate(argvs)]
+    return _COMMANDS_HEAD + "\n".join(lines) + "\nexit 0\n"
+
+
+def parse_commands(stdout: str, count: int) -> list[dict[str, Any]]:
+    """commands_script's output: each command's {'rc', 'stdout', 'stderr'}, in order. Raises NodeError when an answer
+    is missing (the script was cut off) or malformed."""
+    lines = stdout.replace("\r\n", "\n").split("\n")
+    found: dict[int, dict[str, Any]] = {}
+    for i, line in enumerate(lines):
+        parts = line.split(" ")
+        if len(parts) != 3 or parts[0] != COMMANDS_MARK:
+            continue
+        if i + 2 >= len(lines) or not parts[1].isdigit() or not parts[2].isdigit():
+            raise NodeError(f"the node's answer to {count} commands is cut off or malformed at {line!r}")
+        try:
+            out, err = (base64.b64decode(lines[i + k], validate=True) for k in (1, 2))
+        except ValueError:
+            raise NodeError(f"the node's answer to {count} commands is malformed after {line!r}") from None
+        found[int(parts[1])] = {
+            "rc": int(parts[2]),
+            "stdout": to_text(out, errors="surrogate_or_replace"),
+            "stderr": to_text(err, errors="surrogate_or_replace"),
+        }
+    missing = [i for i in range(count) if i not in found]
+    if missing:
+        raise NodeError(f"the node answered {count - len(missing)} of {count} commands (the read was cut off)")
+    return [found[i] for i in range(count)]
+
+
 class NodeAction(ActionBase):
     """ActionBase with the few node operations this collection's actions use, and their one run() frame.
 
@@ -88,8 +132,12 @@ class NodeAction(ActionBase):
     def command(self, argv: list[str]) -> dict[str, Any]:
         """Run a command through the connection's shell (also in check mode): {'rc', 'stdout', 'stderr'}.
 
-        For reads and for systemctl; never for a change that check mode must prevent.
+        For reads and for systemctl; never for a change that check mode must prevent. An answer `prefetch` got for
+        this argv is used (once) instead of running it again.
         """
+        waiting = getattr(self, "_prefetched", {}).get(tuple(argv))
+        if waiting:
+            return waiting.pop(0)
         outcome = self._low_level_execute_command(" ".join(shlex.quote(part) for part in argv))
         # Over SSH with become, Ansible runs the command in a terminal (ssh -tt), which ends every line "\r\n"; the
         # parsers get the command's own line ends back.
@@ -98,6 +146,24 @@ class NodeAction(ActionBase):
             "stdout": to_text(outcome.get("stdout", "")).replace("\r\n", "\n"),
             "stderr": to_text(outcome.get("stderr", "")).replace("\r\n", "\n"),
         }
+
+    def commands(self, argvs: list[list[str]]) -> list[dict[str, Any]]:
+        """Several commands in one round trip, each as `command` would run it: their answers, in order. For reads:
+        each runs whatever the one before it did."""
+        if not argvs:
+            return []
+        outcome = self.command(["sh", "-c", commands_script(argvs), "kubegpu-commands"])
+        if outcome["rc"] != 0:
+            raise NodeError(f"running {len(argvs)} reads failed (rc {outcome['rc']}): {outcome['stderr'].strip()}")
+        return parse_commands(outcome["stdout"], len(argvs))
+
+    def prefetch(self, argvs: list[list[str]]) -> None:
+        """Run reads the action is about to make in one round trip; `command` then answers each of them (once each)
+        from here. Only for reads made before the action changes anything on the node."""
+        if not hasattr(self, "_prefetched"):
+            self._prefetched: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for argv, outcome in zip(argvs, self.commands(argvs)):
+            self._prefetched.setdefault(tuple(argv), []).append(outcome)
 
     def stat(self, path: str, checksum: bool = False) -> dict[str, Any]:
         """The stat of `path` itself (a link is not followed)."""

@@ -8,6 +8,7 @@ that imports it as the collection's roles do, with OS variable files the test ch
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -52,23 +53,15 @@ def _collection(ansible, os_files: dict[str, dict]) -> Path:
     return root
 
 
-def _run(ansible, os_files: dict[str, dict], **host: object):
+def _run(ansible, os_files: dict[str, dict], plays: int = 1, roles: int = 1, **host: object):
     collections = _collection(ansible, os_files)
     playbook = ansible.workdir / "probe.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Probe",
-                    "hosts": "gpu_nodes",
-                    "gather_facts": False,
-                    "tasks": [
-                        {"name": "The probe role", "ansible.builtin.include_role": {"name": "kubegpu.node.probe"}}
-                    ],
-                }
-            ]
-        )
-    )
+    play = {
+        "hosts": "gpu_nodes",
+        "gather_facts": False,
+        "tasks": [{"name": "The probe role", "ansible.builtin.include_role": {"name": "kubegpu.node.probe"}}] * roles,
+    }
+    playbook.write_text(yaml.safe_dump([{"name": f"Probe {n}", **play} for n in range(plays)]))
     inventory = ansible.inventory({"node-a": dict(host)}, probe_out=str(ansible.workdir / "out.json"))
     return ansible.playbook(
         playbook, inventory=inventory, env={"ANSIBLE_COLLECTIONS_PATH": str(collections)}, skip_chain=False
@@ -126,6 +119,23 @@ def test_a_python_older_than_3_8_is_refused_before_any_module_runs(ansible):
     assert "node-a has no Python 3.8 or later (it has Python 2.7 /usr/bin/python2.7)" in run.output, run.output
     assert "point ansible_python_interpreter at it. Nothing was changed." in run.output
     assert not (ansible.workdir / "out.json").exists()
+
+
+def test_the_python_check_runs_once_a_run_however_many_roles_start_with_the_layer(ansible):
+    # site.yml runs four roles' preflights in one play and two roles again in the next: the check (a `raw` round
+    # trip) ran six times a host; the interpreter cannot change in between.
+    calls = ansible.workdir / "version-checks"
+    real = subprocess.run(["sh", "-c", "command -v python3"], capture_output=True, text=True, check=True).stdout
+    interpreter = _interpreter(
+        ansible,
+        f"""\
+        case "$*" in *version_info*) echo check >>{calls} ;; esac
+        exec {real.strip()} "$@"
+        """,
+    )
+    run = _run(ansible, {"default.yml": SHARED}, plays=2, roles=2, ansible_python_interpreter=interpreter)
+    assert run.returncode == 0, run.output
+    assert calls.read_text().splitlines() == ["check"], run.output
 
 
 def test_a_missing_python_is_refused_with_the_shells_error(ansible):

@@ -4,7 +4,10 @@
 
 It keeps the GPUs' MIG state in a JSON file (NVIDIA_SMI_STANDIN_STATE, default /var/lib/nvidia-smi-standin/state.json)
 and answers the commands the kubegpu.node.gpu_mig role uses, in the output formats NVIDIA's MIG User Guide shows
-("Getting Started with MIG": -mig, mig -lgip, -lgipp, -cgi -C, -lgi, -cci/-lci, -dci, -dgi, --gpu-reset):
+("Getting Started with MIG": -mig, mig -lgip, -lgipp, -cgi -C, -lgi, -cci/-lci, -dci, -dgi, --gpu-reset), and where a
+real driver 580.159.04 was captured printing them otherwise, as it prints them (the real H200's output in
+tests/unit/plugins/plugin_utils/fixtures/real/h200_580: the 81-column `mig -lgip` table; `mig -lgip`/`-lgipp` listing
+the profiles while MIG is disabled; `mig -lgi`/`-lci` saying "No MIG-enabled devices found." with exit 0):
 
   --query-gpu=FIELDS --format=csv[,noheader][,nounits]   index, uuid, name, pci.bus_id, pci.device_id, memory.total,
                                                           mig.mode.current, mig.mode.pending, compute_cap
@@ -14,7 +17,8 @@ and answers the commands the kubegpu.node.gpu_mig role uses, in the output forma
                           where it cannot (a process holds the GPU, or the GPU's "reset" is "refused", as in a
                           passthrough VM) the mode stays pending, with the guide's warning
   -i N --gpu-reset        makes a pending mode current and clears the instances (refused while processes run)
-  mig [-i N] -lgip | -lgipp | -lgi | -lci [-gi ID]
+  mig [-i N] -lgip | -lgipp        every MIG-capable GPU's profiles, whatever its MIG mode
+  mig [-i N] -lgi | -lci [-gi ID]  the GPU instances / compute instances of the GPUs with MIG enabled
   mig [-i N] -cgi P[,P...] [-C]   P: a profile ID, a short name (3g.20gb) or a full name (MIG 3g.20gb); placed as
                                   the guide's examples show the driver placing them (choose_placement);
                                   "Insufficient Resources" when no placement is free
@@ -29,7 +33,9 @@ With "driver_loaded": false in the state, every command fails as nvidia-smi does
 The GPU models it knows are its OWN table (kept apart from the role's on purpose: this one models the GPU, the role's
 decides): profile IDs, instance counts, memory, SMs and engines of the A100-SXM4-40GB as the guide prints them
 (`nvidia-smi mig -lgip` and `-lgipp`), the A100-SXM4-80GB's names from the guide's note and its figures as published
-`nvidia-smi mig -lgip` output shows them, and a Tesla T4 (no MIG). Runs on Python 3.8 and later.
+`nvidia-smi mig -lgip` output shows them, an H200 with the figures a real H200 printed (driver 580.159.04: name,
+device ID, memory, compute capability, `mig -lgip` and `-lgipp`), and a Tesla T4 (no MIG). Runs on Python 3.8 and
+later.
 """
 
 import json
@@ -64,6 +70,16 @@ A100_80 = {
     5: ("4g.40gb", 1, "39.25", 56, 2, 0, 4, 0, 0, (0,), 4),
     0: ("7g.80gb", 1, "79.00", 98, 5, 0, 7, 1, 1, (0,), 8),
 }
+# A real H200's `nvidia-smi mig -lgip` and `-lgipp` (driver 580.159.04, tests/unit/plugins/plugin_utils/fixtures/real).
+H200 = {
+    19: ("1g.18gb", 7, "16.00", 16, 1, 0, 1, 1, 0, (0, 1, 2, 3, 4, 5, 6), 1),
+    20: ("1g.18gb+me", 1, "16.00", 16, 1, 0, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6), 1),
+    15: ("1g.35gb", 4, "32.50", 26, 1, 0, 1, 1, 0, (0, 2, 4, 6), 2),
+    14: ("2g.35gb", 3, "32.50", 32, 2, 0, 2, 2, 0, (0, 2, 4), 2),
+    9: ("3g.71gb", 2, "69.75", 60, 3, 0, 3, 3, 0, (0, 4), 4),
+    5: ("4g.71gb", 1, "69.75", 64, 4, 0, 4, 4, 0, (0,), 4),
+    0: ("7g.141gb", 1, "140.00", 132, 7, 0, 8, 7, 1, (0,), 8),
+}
 MODELS = {
     "A100-SXM4-40GB": {
         "name": "NVIDIA A100-SXM4-40GB",
@@ -79,6 +95,7 @@ MODELS = {
         "cc": "8.0",
         "profiles": A100_80,
     },
+    "H200": {"name": "NVIDIA H200", "device_id": "0x233510DE", "memory": 143771, "cc": "9.0", "profiles": H200},
     "T4": {"name": "Tesla T4", "device_id": "0x1EB810DE", "memory": 15360, "cc": "7.5", "profiles": None},
 }
 
@@ -129,11 +146,21 @@ def select(state, index):
     return found
 
 
+NO_MIG = "No MIG-enabled devices found."
+
+
 def mig_gpus(gpus):
     enabled = [g for g in gpus if profiles(g) is not None and g["mig"]["current"]]
     if not enabled:
-        raise Failure("No MIG-enabled devices found.", NOT_FOUND)
+        raise Failure(NO_MIG, NOT_FOUND)
     return enabled
+
+
+def listed_gpus(gpus, capable=False):
+    """The GPUs a listing covers: MIG-capable ones (-lgip, -lgipp: driver 580 lists their profiles with MIG disabled)
+    or those with MIG enabled (-lgi, -lci). None when there is none: the real driver then says NO_MIG, exit 0."""
+    found = [g for g in gpus if profiles(g) is not None and (capable or g["mig"]["current"])]
+    return found or None
 
 
 # ---- queries -------------------------------------------------------------------------------------------------------
@@ -322,29 +349,36 @@ def border(width):
 
 
 def lgip(state, index):
+    """Driver 580's table (81 columns; the guide's older drivers printed 79, with a narrower Name column)."""
+    gpus = listed_gpus(select(state, index), capable=True)
+    if gpus is None:
+        return NO_MIG
     lines = [
-        border(79),
-        "| GPU instance profiles:" + " " * 54 + "|",
-        "| GPU   Name             ID    Instances   Memory     P2P    SM    DEC   ENC  |",
-        "|                              Free/Total   GiB              CE    JPEG  OFA  |",
-        "|" + "=" * 77 + "|",
+        border(81),
+        "| GPU instance profiles:" + " " * 56 + "|",
+        "| GPU   Name               ID    Instances   Memory     P2P    SM    DEC   ENC  |",
+        "|                                Free/Total   GiB              CE    JPEG  OFA  |",
+        "|" + "=" * 79 + "|",
     ]
-    for gpu in mig_gpus(select(state, index)):
+    for gpu in gpus:
         for pid in sorted(profiles(gpu), key=lambda p: (profiles(gpu)[p][10], profiles(gpu)[p][3], p)):
             name, total, memory, sm, dec, enc, ce, jpeg, ofa = profiles(gpu)[pid][:9]
             ratio = "%d/%d" % (free_count(gpu, pid), total)
             lines.append(
-                "|%4d  %-16s%4d%8s        %-9s  No%7d%6d%6d   |"
+                "|%4d  %-18s%4d     %-11s%-11sNo     %-3d%5d%6d   |"
                 % (gpu["index"], "MIG " + name, pid, ratio, memory, sm, dec, enc)
             )
-            lines.append("|" + " " * 55 + "%7d%6d%6d   |" % (ce, jpeg, ofa))
-            lines.append(border(79))
+            lines.append("|" + " " * 61 + "%3d%6d%6d   |" % (ce, jpeg, ofa))
+            lines.append(border(81))
     return "\n".join(lines)
 
 
 def lgipp(state, index):
+    gpus = listed_gpus(select(state, index), capable=True)
+    if gpus is None:
+        return NO_MIG
     lines = []
-    for gpu in mig_gpus(select(state, index)):
+    for gpu in gpus:
         for pid in sorted(profiles(gpu), key=lambda p: (profiles(gpu)[p][10], profiles(gpu)[p][3], p)):
             starts, size = profiles(gpu)[pid][9], profiles(gpu)[pid][10]
             word = "Placements:" if len(starts) > 1 else "Placement :"
@@ -366,8 +400,11 @@ def listing(title, headings, rows, missing):
 
 
 def lgi(state, index):
+    gpus = listed_gpus(select(state, index))
+    if gpus is None:
+        return NO_MIG
     rows = []
-    for gpu in mig_gpus(select(state, index)):
+    for gpu in gpus:
         for gi in sorted(gpu.get("gis") or [], key=lambda g: g["start"]):
             name = "MIG " + profiles(gpu)[gi["profile_id"]][0]
             placement = "%d:%d" % (gi["start"], gi["size"])
@@ -390,8 +427,11 @@ def ci_name(gpu, gi, ci):
 
 
 def lci(state, index, gi_ids):
+    gpus = listed_gpus(select(state, index))
+    if gpus is None:
+        return NO_MIG
     rows = []
-    for gpu in mig_gpus(select(state, index)):
+    for gpu in gpus:
         for gi in sorted(gpu.get("gis") or [], key=lambda g: g["id"]):
             for ci in gi["cis"] if not gi_ids or gi["id"] in gi_ids else []:
                 name = ci_name(gpu, gi, ci)

@@ -1,5 +1,6 @@
-"""The nvidia-smi stand-in (tests/nvidia_smi_standin) answers as NVIDIA documents nvidia-smi, and the gpu_mig planner
-reaches its layouts through it."""
+"""The nvidia-smi stand-in (tests/nvidia_smi_standin) answers as NVIDIA documents nvidia-smi and as a real driver 580
+printed it on an H200 (fixtures/real/h200_580: compared byte for byte), and the gpu_mig planner reaches its layouts
+through it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from ansible_collections.kubegpu.node.plugins.plugin_utils import _mig as mig
 
 STANDIN = Path(__file__).resolve().parents[2] / "nvidia_smi_standin" / "nvidia_smi_standin.py"
 FIXTURES = Path(__file__).resolve().parents[1] / "plugins" / "plugin_utils" / "fixtures" / "mig"
+REAL = Path(__file__).resolve().parents[1] / "plugins" / "plugin_utils" / "fixtures" / "real" / "h200_580"
 UUID0 = "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0"
+H200_UUID = "GPU-a5b8dffa-01a7-5ab4-0101-dde5c25f8e06"
 
 
 @pytest.fixture
@@ -82,7 +85,11 @@ def test_listings_match_the_mig_user_guides_output(smi):
     smi.write([a100(0, gis=[{"id": 1, "profile_id": 9, "start": 4, "size": 4, "cis": three}])])
     assert smi("mig", "-lci", "-gi", "1").stdout == (FIXTURES / "lci_a100_1c.txt").read_text()
     smi.write([a100(0)])
-    assert smi("mig", "-lgip").stdout == (FIXTURES / "lgip_a100_40gb.txt").read_text()
+    # The guide's -lgip is an older driver's 79-column table; the stand-in prints driver 580's 81 columns (the real
+    # H200 test below): the same rows, read by the same parser.
+    lgip = smi("mig", "-lgip").stdout
+    assert mig.parse_lgip(lgip) == mig.parse_lgip((FIXTURES / "lgip_a100_40gb.txt").read_text())
+    assert {len(line) for line in lgip.splitlines()} == {81}
     assert smi("mig", "-lgipp").stdout.splitlines() == [
         "GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1",
         "GPU  0 Profile ID 20 Placements: {0,1,2,3,4,5,6}:1",
@@ -209,8 +216,8 @@ def test_a_gpu_without_mig_refuses_mig_mode_and_a_reboot_leaves_it_alone(smi):
     assert [gpu.get("gis") for gpu in smi.state()["gpus"]] == [[], None]
 
 
-def read_through_standin(smi):
-    """The role's own read script, run against the stand-in (as the gpu_mig action runs it on a node)."""
+def read_script_output(smi):
+    """The role's own read script, run against the stand-in (as the gpu_mig action runs it on a node): its output."""
     bindir = smi.file.parent / "bin"
     bindir.mkdir(exist_ok=True)
     wrapper = bindir / "nvidia-smi"
@@ -223,7 +230,11 @@ def read_through_standin(smi):
         env={"NVIDIA_SMI_STANDIN_STATE": str(smi.file), "PATH": "/usr/bin:/bin"},
         check=True,
     )
-    return mig.read_state(done.stdout)
+    return done.stdout
+
+
+def read_through_standin(smi):
+    return mig.read_state(read_script_output(smi))
 
 
 def apply(smi, layout, layouts=None):
@@ -282,3 +293,71 @@ def test_creation_gives_up_with_the_drivers_words(smi):
 
     with pytest.raises(mig.MigError, match="Insufficient Resources"):
         mig.create_instances(0, ["7g.40gb", "1g.5gb"], run)
+
+
+def h200(mig_on=False, processes=()):
+    """The real H200 of fixtures/real/h200_580: MIG disabled, and in the busy capture python3 (pid 606) holding it."""
+    return {
+        "index": 0,
+        "uuid": H200_UUID,
+        "model": "H200",
+        "pci_bus_id": "00000000:00:06.0",
+        "mig": {"current": mig_on, "pending": mig_on},
+        "gis": [],
+        "processes": [{"pid": pid, "name": name} for pid, name in processes],
+    }
+
+
+DRIVER_FIELDS = "index,name,uuid,memory.total,pci.bus_id,compute_cap"
+
+
+@pytest.mark.parametrize(
+    ("args", "real"),
+    [
+        (["mig", "-lgip"], "mig_lgip.txt"),
+        (["mig", "-lgipp"], "mig_lgipp.txt"),
+        (["mig", "-lgi"], "mig_lgi.txt"),
+        (["mig", "-lci"], "mig_lci.txt"),
+        (["-L"], "smi_L.txt"),
+        ([f"--query-gpu={DRIVER_FIELDS}", "--format=csv"], "query_gpu_driver_units.csv"),
+        ([f"--query-gpu={DRIVER_FIELDS}", "--format=csv,noheader,nounits"], "query_gpu_driver.csv"),
+        (["--query-gpu=index,name,uuid", "--format=csv,noheader"], "query_gpu_validation.csv"),
+        (["--query-compute-apps=gpu_uuid,pid,process_name", "--format=csv,noheader"], "query_compute_apps_busy.csv"),
+    ],
+)
+def test_the_h200_answers_byte_for_byte_what_the_real_one_printed(smi, args, real):
+    """Every one of these exited 0 on the real H200 (MIG disabled), -lgi and -lci included."""
+    smi.write([h200(processes=[(606, "/opt/torch/.venv/bin/python3")])])
+    done = smi(*args, check=False)
+    assert (done.returncode, done.stdout) == (0, (REAL / real).read_text())
+
+
+def test_the_roles_read_through_the_h200_is_the_real_ones(smi):
+    """The gpu_mig action's read script against the stand-in: each nvidia-smi section, exit code included, as the real
+    H200 answered it while busy (the PCI section is this machine's sysfs, not the stand-in's)."""
+    smi.write([h200(processes=[(606, "/opt/torch/.venv/bin/python3")])])
+    ours = read_script_output(smi).split("@@kubegpu pci ")[0]
+    assert ours == (REAL / "mig_read_busy.txt").read_text().split("@@kubegpu pci ")[0]
+
+
+def test_profiles_are_listed_with_mig_disabled_and_instances_only_with_it_enabled(smi):
+    smi.write([h200()])
+    assert [p["profile"] for p in mig.parse_lgip(smi("mig", "-lgip").stdout)][-1] == "7g.141gb"
+    # Creating needs MIG enabled, as before.
+    refused = smi("mig", "-cgi", "19", "-C", check=False)
+    assert (refused.returncode, refused.stdout.strip()) == (6, "No MIG-enabled devices found.")
+    smi("-i", "0", "-mig", "1")
+    empty = smi("mig", "-lgi", check=False)
+    assert (empty.returncode, empty.stdout.strip()) == (6, "No GPU instances found: Not Found")
+    smi("mig", "-cgi", "3g.71gb,3g.71gb", "-C")
+    rows = {p["profile"]: p for p in mig.parse_lgip(smi("mig", "-lgip").stdout)}
+    assert (rows["1g.18gb"]["free"], rows["3g.71gb"]["free"], rows["7g.141gb"]["free"]) == (0, 0, 0)
+    assert [gi["profile"] for gi in mig.parse_lgi(smi("mig", "-lgi").stdout)] == ["3g.71gb", "3g.71gb"]
+
+
+def test_the_planner_reaches_the_h200s_balanced_layout_through_the_standin(smi):
+    smi.write([h200()])
+    final = apply(smi, "all-balanced")
+    assert final["changed"] is False, final["gpus"]
+    (gpu,) = read_through_standin(smi)["gpus"]
+    assert sorted(gi["profile"] for gi in gpu["instances"]) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]

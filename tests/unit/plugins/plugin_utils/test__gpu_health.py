@@ -403,3 +403,31 @@ def test_the_read_script_without_nvidia_smi(fake_node, tmp_path):
     result = gh.judge(run_script(args))
     assert result["verdict"] == "unknown"
     assert "nvidia-smi exit 127" in result["summary"]
+
+
+def test_a_verdict_already_in_the_local_facts_is_not_written_again(fake_node, tmp_path):
+    # issue 18: a no-op run wrote the verdict with ansible.builtin.copy (5 SSH round trips a host) to say nothing new.
+    args = fake_node(fixture("smi_healthy.xml"), pci=[("0000:07:00.0", "0x10de", "0x030200")])
+    facts = tmp_path / "facts"
+    fact = facts / "nvidia_health.fact"
+
+    def read() -> tuple[dict, str, bool]:
+        return gh.judge_and_compare(run_script([*args, str(fact)]))
+
+    health, content, current = read()
+    assert health == gh.judge(run_script(args)) and health["verdict"] == "healthy"
+    assert json.loads(content) == health and content.endswith("}\n")
+    assert current is False  # no folder yet
+    facts.mkdir(mode=0o755)
+    facts.chmod(0o755)
+    fact.write_text(content)
+    fact.chmod(0o644)
+    assert read()[2] is True
+    fact.chmod(0o600)
+    assert read()[2] is False  # the role gives it 0644: the copy must run to put that back
+    fact.chmod(0o644)
+    fact.write_text(content.replace('"healthy"', '"failed"', 1))
+    assert read()[2] is False
+    facts.chmod(0o700)
+    fact.write_text(content)
+    assert read()[2] is False

@@ -9,13 +9,19 @@ include: .").
 from __future__ import annotations
 
 import importlib
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
 from ansible.errors import AnsibleActionFail
-from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import (
+    NodeAction,
+    NodeError,
+    commands_script,
+    parse_commands,
+)
 
 ACTIONS = sorted(p.stem for p in (Path(__file__).parents[4] / "plugins" / "action").glob("*.py"))
 
@@ -115,3 +121,63 @@ def test_command_gives_the_parsers_the_commands_own_line_ends():
     action = make(Read, {})
     action._low_level_execute_command = lambda cmd: {"rc": 0, "stdout": "-\r\n1\r\n\r\nA=b\r\n", "stderr": "x\r\n"}
     assert action.command(["true"]) == {"rc": 0, "stdout": "-\n1\n\nA=b\n", "stderr": "x\n"}
+
+
+# ----- several reads in one round trip ------------------------------------------------------------------------------
+
+
+def shell_action(line_end: str = "\n") -> tuple[NodeAction, list[str]]:
+    """A NodeAction whose connection is the local shell; its commands are recorded."""
+    action = make(Planner, {"name": "x"})
+    sent: list[str] = []
+
+    def execute(cmd: str) -> dict[str, Any]:
+        sent.append(cmd)
+        done = subprocess.run(cmd, shell=True, capture_output=True, text=True, check=False)
+        return {"rc": done.returncode, "stdout": done.stdout.replace("\n", line_end), "stderr": done.stderr}
+
+    action._low_level_execute_command = execute  # type: ignore[method-assign]
+    return action, sent
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n"], ids=["pipe", "terminal"])
+def test_commands_answer_each_argv_as_command_would_in_one_round_trip(line_end):
+    action, sent = shell_action(line_end)
+    argvs = [
+        ["printf", "%s\\n", "two words", "it's"],
+        ["sh", "-c", "echo oops >&2; exit 3"],
+        ["kubegpu-no-such-command"],
+        # An output that looks like the script's own marker is still this command's output.
+        ["printf", "%s\\n", "@@kubegpu-command 0 0"],
+        ["sh", "-c", 'read line; echo "stdin: [$line]"'],
+    ]
+    answers = action.commands(argvs)
+    assert len(sent) == 1
+    assert answers[0] == {"rc": 0, "stdout": "two words\nit's\n", "stderr": ""}
+    assert answers[1] == {"rc": 3, "stdout": "", "stderr": "oops\n"}
+    assert answers[2]["rc"] == 127 and "kubegpu-no-such-command" in answers[2]["stderr"]
+    assert answers[3]["stdout"] == "@@kubegpu-command 0 0\n"
+    assert answers[4]["stdout"] == "stdin: []\n"
+    assert [action.command(argv) for argv in argvs[:2]] == answers[:2]
+
+
+def test_an_answer_cut_off_is_an_error_not_fewer_answers():
+    script = commands_script([["echo", "a"], ["echo", "b"]])
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    assert len(parse_commands(done.stdout, 2)) == 2
+    cut = done.stdout[: done.stdout.index("@@kubegpu-command 1")]
+    with pytest.raises(NodeError, match="answered 1 of 2"):
+        parse_commands(cut, 2)
+    with pytest.raises(NodeError, match="cut off or malformed"):
+        parse_commands(cut + "@@kubegpu-command 1 0\n", 2)
+    with pytest.raises(NodeError, match="malformed"):
+        parse_commands(cut + "@@kubegpu-command 1 0\nnot base64!\n\n", 2)
+
+
+def test_prefetched_answers_are_used_once_then_the_node_is_asked_again():
+    action, sent = shell_action()
+    action.prefetch([["date", "+%N"], ["echo", "x"]])
+    first = action.command(["date", "+%N"])
+    assert len(sent) == 1 and action.command(["echo", "x"])["stdout"] == "x\n" and len(sent) == 1
+    again = action.command(["date", "+%N"])
+    assert len(sent) == 2 and again["rc"] == 0 and first["rc"] == 0
