@@ -457,7 +457,7 @@ def split_read(stdout: str) -> NodeRead:
             read.pci.append((normalise_bus_id(parts[0]), parts[1]))
     facts = sections.get("facts", [])
     for i, line in enumerate(facts):
-        kind, _, owner = line.partition(" ")
+        kind, _space, owner = line.partition(" ")
         if kind == "dir":
             read.facts_dir = owner
         elif kind == "file":
