@@ -3,7 +3,8 @@
 
 # The action kubegpu.node.containerd_config: plans containerd's files for the nvidia runtime on the controller
 # (tomllib) and checks them with the node's own `containerd config dump`. It writes nothing containerd reads; the
-# candidates it tries live in the task's temporary folder. Documentation: plugins/modules/containerd_config.py.
+# candidates it tries live in a temporary folder that the command making them removes. A run with nothing to change
+# costs two commands on the node. Documentation: plugins/modules/containerd_config.py.
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 from typing import Any
 
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _containerd_config as cc
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _containerd_node as cn
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
 
 ARGUMENT_SPEC: dict[str, Any] = {
@@ -28,65 +30,19 @@ ARGUMENT_SPEC: dict[str, Any] = {
 }
 
 
-class _Node:
-    """kubegpu.node's Node interface over the action's connection."""
-
-    def __init__(self, action: NodeAction) -> None:
-        self.action = action
-
-    def read(self, path: str) -> str | None:
-        try:
-            data = self.action.read_bytes(path)
-        except NodeError as exc:
-            raise cc.ConfigError(str(exc)) from None
-        if data is None:
-            return None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise cc.ConfigError(
-                f"{path} is not UTF-8 text (containerd's TOML must be); it was left untouched"
-            ) from None
-
-    def run(self, argv: list[str]) -> str:
-        outcome = self.action.command(argv)
-        if outcome["rc"] != 0:
-            said = (outcome["stderr"] or outcome["stdout"]).strip()
-            raise cc.ConfigError(f"'{' '.join(argv)}' failed (rc {outcome['rc']}): {said}")
-        return outcome["stdout"]
-
-    def put(self, name: str, text: str) -> str:
-        return self.action.put(name, text)
-
-    def glob(self, pattern: str) -> list[str]:
-        parts = pattern.split("/")
-        fixed = next(i for i, part in enumerate(parts) if "*" in part)
-        root = "/".join(parts[:fixed]) or "/"
-        depth = len(parts) - fixed
-        try:
-            found = self.action.module(
-                "ansible.legacy.find",
-                {
-                    "paths": [root],
-                    "patterns": [parts[-1]],
-                    "file_type": "any",
-                    "recurse": depth > 1,
-                    "depth": depth,
-                },
-            )
-        except NodeError as exc:
-            raise cc.ConfigError(f"cannot list {pattern}: {exc}") from None
-        return sorted(f["path"] for f in found.get("files", []) if cc.pattern_matches(pattern, f["path"]))
-
-    def mode(self, path: str) -> str | None:
-        stat = self.action.stat(path)
-        return stat.get("mode") if stat.get("exists") else None
-
-
 class ActionModule(NodeAction):
+    # The node is read, and the candidates dumped, by commands (_containerd_node.SCRIPT): no temporary folder of
+    # Ansible's unless a candidate is too large to travel inside a command.
+    TRANSFERS_FILES = False
     argument_spec = ARGUMENT_SPEC
     failures = (cc.ConfigError, NodeError)
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         args["path"] = os.path.normpath(args["path"])
-        return {**cc.Planner(_Node(self), args).plan(), "changed": False}
+        node = cn.SnapshotNode(self.command, binary=args["containerd_binary"], put=self._scratch)
+        return {**cc.Planner(node, args).plan(), "changed": False}
+
+    def _scratch(self, name: str, text: str) -> str:
+        if self._connection._shell.tmpdir is None:
+            self._make_tmp_path()
+        return self.put(name, text)

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 # Documentation only: kubegpu.node.containerd_config is an action plugin (plugins/action/containerd_config.py) that
-# plans on the controller and reads the node through builtin modules and `containerd config dump`.
+# plans on the controller and reads the node with sh commands and `containerd config dump`.
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ description:
     checks them with the host's own C(containerd config dump), and returns them. It writes nothing containerd reads;
     the role C(kubegpu.node.container_runtime) writes the files it returns with M(kubegpu.node.service_config), which
     brings check mode, diff mode, backups and the rollback after a failed restart.
-  - It is an action plugin. The TOML is read, merged and written on the controller; on the node it only reads files
-    (M(ansible.builtin.slurp), M(ansible.builtin.find), M(ansible.builtin.stat)) and runs C(containerd config default)
-    and C(containerd --config CANDIDATE config dump) on candidates in the task's temporary folder. So the node needs
-    no more Python than ansible-core asks for (3.8 or later).
+  - It is an action plugin. The TOML is read, merged and written on the controller; on the node it runs only POSIX
+    C(sh) commands with coreutils, so the node needs no more Python than ansible-core asks for (3.8 or later). One
+    command reads the main file, the record, the drop-in and the C(.toml) files in the drop-in's folder (and
+    C(containerd config default) when there is no main file); another runs C(containerd --config CANDIDATE config dump)
+    on candidates sent inside the command into a temporary folder that the command removes. With nothing to change,
+    the base and the drop-in already on disk are dumped together, so the task costs two commands on the node.
   - With O(state=present), the nvidia runtime goes into a drop-in file, and the main configuration's top-level
     C(imports) list is made to name it (the existing list is edited; a second C(imports) key is never written).
     Every other byte of the main file is kept. Without a main file, it starts from C(containerd config default).

@@ -14,6 +14,8 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import tomllib
@@ -659,23 +661,45 @@ HEADER_1X = """\
 """
 
 
+# A candidate's drop-in lies next to it and is imported by this relative name, which containerd resolves against the
+# folder of the file that names it (resolveImports in containerd's config loader, 1.x and 2.x).
+TRIAL_DROPIN = "dropin.toml"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A candidate for `containerd config dump`: the main file's text (as `name`) and the drop-in it imports as
+    TRIAL_DROPIN (None: none)."""
+
+    name: str
+    main: str
+    dropin: str | None = None
+
+
 class Node(Protocol):
     """What the planner needs from the node. Nothing here changes a file containerd reads."""
+
+    def prefetch(
+        self, files: Iterable[str], modes: Iterable[str], globs: Iterable[str], default_unless: str | None
+    ) -> None:
+        """Read these at once (a hint: what is not read here is read when asked for). `default_unless`: also
+        `containerd config default` when that file does not exist."""
 
     def read(self, path: str) -> str | None:
         """A file's text; None when it does not exist. Raises ConfigError when it is not UTF-8."""
 
-    def run(self, argv: list[str]) -> str:
-        """A command's standard output. Raises ConfigError when it fails."""
-
-    def put(self, name: str, text: str) -> str:
-        """Write a scratch file (in a temporary folder of the node) and return its path."""
+    def mode(self, path: str) -> str | None:
+        """A file's mode as four octal digits; None when it does not exist."""
 
     def glob(self, pattern: str) -> list[str]:
         """The paths that match `pattern` (containerd's glob: '*' never crosses a '/')."""
 
-    def mode(self, path: str) -> str | None:
-        """A file's mode as four octal digits; None when it does not exist."""
+    def config_default(self) -> str:
+        """`containerd config default`. Raises ConfigError when it fails."""
+
+    def config_dump(self, trial: Trial, also: Sequence[Trial] = ()) -> str:
+        """`containerd --config CANDIDATE config dump` of a candidate in a temporary folder. `also`: candidates the
+        planner is likely to ask for next, dumped in the same go. Raises ConfigError when it fails."""
 
 
 class Planner:
@@ -690,13 +714,14 @@ class Planner:
         self.main = os.path.normpath(params["path"])
         self.dropin = os.path.normpath(params["dropin"])
 
-    def containerd(self, *args: str) -> str:
-        return self.node.run([self.params.get("containerd_binary") or "containerd", *args])
+    def dump(self, trial: Trial, also: Sequence[Trial] = ()) -> dict:
+        """containerd's merged configuration of a candidate."""
+        return loads(self.node.config_dump(trial, also), f"containerd config dump ({trial.name})")
 
-    def dump(self, main_text: str, imports: list[str], name: str) -> dict:
-        """containerd's merged configuration when `main_text` is the main file and it imports `imports`."""
-        candidate = self.node.put(name, replace_imports(main_text, imports))
-        return loads(self.containerd("--config", candidate, "config", "dump"), f"containerd config dump ({name})")
+    @staticmethod
+    def trial(name: str, main_text: str, imports: list[str], dropin: str | None = None) -> Trial:
+        """The candidate where `main_text` imports `imports` (TRIAL_DROPIN among them when `dropin` is given)."""
+        return Trial(name, replace_imports(main_text, imports), dropin)
 
     def load(self, path: str) -> dict:
         text = self.node.read(path)
@@ -715,8 +740,9 @@ class Planner:
     def present(self) -> dict[str, Any]:
         params = self.params
         main_before, record_before, record, mine = self._current()
+        dropin_before = self.node.read(self.dropin)
         if main_before is None:
-            main_text = self.containerd("config", "default")
+            main_text = self.node.config_default()
             created_sha = sha256(main_text)
         else:
             main_text = main_before
@@ -735,8 +761,16 @@ class Planner:
         after_doc = loads(main_after, f"{self.main} with the import added")
         after_imports = imports_of(after_doc, self.main)
 
+        trial_imports = expand_imports(after_imports, self.main, self.dropin, self.node.glob, TRIAL_DROPIN)
+        # On a run with nothing to change the drop-in on disk is the candidate: it is dumped with the base.
+        likely = (
+            [] if dropin_before is None else [self.trial("candidate.toml", main_after, trial_imports, dropin_before)]
+        )
         base = self.dump(
-            main_after, expand_imports(after_imports, self.main, self.dropin, self.node.glob, None), "base.toml"
+            self.trial(
+                "base.toml", main_after, expand_imports(after_imports, self.main, self.dropin, self.node.glob, None)
+            ),
+            also=likely,
         )
         if params["cdi"] and not supports_cdi(base):
             raise ConfigError(
@@ -776,10 +810,7 @@ class Planner:
         )
         dropin_content = header + dumps(dropin_doc)
 
-        trial = self.node.put("dropin.toml", dropin_content)
-        candidate = self.dump(
-            main_after, expand_imports(after_imports, self.main, self.dropin, self.node.glob, trial), "candidate.toml"
-        )
+        candidate = self.dump(self.trial("candidate.toml", main_after, trial_imports, dropin_content))
         problems = check_candidate(
             base,
             candidate,
@@ -826,7 +857,11 @@ class Planner:
         if main_after is not None:
             imports = imports_of(loads(main_after, self.main), self.main)
             # What containerd will load once the drop-in is gone must still be a valid configuration.
-            self.dump(main_after, expand_imports(imports, self.main, self.dropin, self.node.glob, None), "after.toml")
+            self.dump(
+                self.trial(
+                    "after.toml", main_after, expand_imports(imports, self.main, self.dropin, self.node.glob, None)
+                )
+            )
         return {
             "main_before": main_before,
             "main_content": main_after,
@@ -838,7 +873,15 @@ class Planner:
 
     def plan(self) -> dict[str, Any]:
         """Every return value of kubegpu.node.containerd_config; raises ConfigError with what to do."""
-        result = self.present() if self.params["state"] == "present" else self.absent()
+        present = self.params["state"] == "present"
+        # The node's files the plan reads, in one go, with the usual imports (conf.d/*.toml: the drop-in's folder).
+        self.node.prefetch(
+            files=[self.main, self.params["record"], self.dropin],
+            modes=[self.main],
+            globs=[os.path.join(os.path.dirname(self.dropin), "*.toml")],
+            default_unless=self.main if present else None,
+        )
+        result = self.present() if present else self.absent()
         return {
             "main_path": self.main,
             "main_mode": self.node.mode(self.main) or "0644",

@@ -1,5 +1,5 @@
-"""Tests of kubegpu.node.containerd_config's planner against files in a temporary folder, through a Node that runs
-commands and reads files locally (the action plugin gives it the same operations over the connection).
+"""Tests of kubegpu.node.containerd_config's planner against files in a temporary folder, through the action's own
+Node (_containerd_node.SnapshotNode) whose script runs in this machine's sh (the action runs it over the connection).
 
 containerd itself is a STAND-IN here (a small Python script, see tests/README.md): it prints a fixed default
 configuration and merges imports key by key, as containerd 2.x does. The molecule scenario `containerd` runs the
@@ -8,16 +8,18 @@ action against the real containerd 1.4, 1.6, 1.7 and 2.1.
 
 from __future__ import annotations
 
-import glob
 import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import tomllib
+from ansible_collections.kubegpu.node.plugins.action.containerd_config import ActionModule
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _containerd_config as cc
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _containerd_node as cn
 
 COLLECTIONS = Path(__file__).resolve().parents[4] / ".tmp" / "collections"
 NVIDIA = "/usr/bin/nvidia-container-runtime"
@@ -25,28 +27,33 @@ NVIDIA = "/usr/bin/nvidia-container-runtime"
 FAKE_CONTAINERD = textwrap.dedent(
     """\
     #!{python}
-    # STAND-IN for containerd 2.x: `config default` and `--config FILE config dump` (imports merged key by key).
-    import sys, tomllib
+    # STAND-IN for containerd: `config default` and `--config FILE config dump`. Imports are loaded as containerd loads
+    # them (relative ones against the folder of the file that names them, nested ones once). Version 3 is containerd
+    # 2.x, which merges them key by key; version 2 is containerd 1.x, where the last file that sets a plugin's section
+    # replaces it whole (what the files set then goes over the defaults key by key).
+    import os, sys, tomllib
     sys.path.insert(0, {collections!r})
     from ansible_collections.kubegpu.node.plugins.plugin_utils._containerd_config import dumps
 
-    DEFAULT = '''version = 3
+    VERSION = {version}
+    PLUGIN = 'io.containerd.cri.v1.runtime' if VERSION == 3 else 'io.containerd.grpc.v1.cri'
+    DEFAULT = f'''version = {{VERSION}}
     imports = []
 
-    [plugins.'io.containerd.cri.v1.runtime']
+    [plugins.'{{PLUGIN}}']
       enable_cdi = true
-      [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      [plugins.'{{PLUGIN}}'.containerd]
         default_runtime_name = 'runc'
-        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        [plugins.'{{PLUGIN}}'.containerd.runtimes.runc]
           runtime_type = 'io.containerd.runc.v2'
-          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          [plugins.'{{PLUGIN}}'.containerd.runtimes.runc.options]
             SystemdCgroup = false
     '''
 
-    def merge(into, new):
+    def merge(into, new, whole_sections=False, depth=0):
         for key, value in new.items():
-            if isinstance(value, dict) and isinstance(into.get(key), dict):
-                merge(into[key], value)
+            if isinstance(value, dict) and isinstance(into.get(key), dict) and not (whole_sections and depth == 1):
+                merge(into[key], value, whole_sections, depth + 1)
             else:
                 into[key] = value
 
@@ -55,58 +62,44 @@ FAKE_CONTAINERD = textwrap.dedent(
         print(DEFAULT, end="")
         sys.exit(0)
     assert args[0] == "--config" and args[2:] == ["config", "dump"], args
+    files = {{}}
+    pending, loaded = [args[1]], []
+    while pending:
+        path = pending.pop(0)
+        if path in loaded:
+            continue
+        loaded.append(path)
+        doc = tomllib.load(open(path, "rb"))
+        pending += [os.path.join(os.path.dirname(path), entry) for entry in doc.pop("imports", [])]
+        merge(files, {{key: value for key, value in doc.items() if key != "version"}}, VERSION == 2)
     merged = tomllib.loads(DEFAULT)
-    main = tomllib.load(open(args[1], "rb"))
-    merge(merged, main)
-    for path in main.get("imports", []):
-        merge(merged, tomllib.load(open(path, "rb")))
-    merged["version"] = 3
+    merge(merged, files)
+    merged["version"] = VERSION
     print(dumps(merged), end="")
     """
 )
 
 
+def containerd(folder: Path, version: int = 3) -> Path:
+    """The stand-in, as `folder`/containerd."""
+    binary = folder / "containerd"
+    binary.write_text(FAKE_CONTAINERD.format(python=sys.executable, collections=str(COLLECTIONS), version=version))
+    binary.chmod(0o755)
+    return binary
+
+
 @pytest.fixture
 def host(tmp_path):
-    binary = tmp_path / "containerd"
-    binary.write_text(FAKE_CONTAINERD.format(python=sys.executable, collections=str(COLLECTIONS)))
-    binary.chmod(0o755)
+    containerd(tmp_path)
     etc = tmp_path / "etc"
     etc.mkdir()
     return tmp_path
 
 
-class LocalNode:
-    """The planner's Node over this machine's files and the stand-in containerd."""
-
-    def __init__(self, host: Path) -> None:
-        self.scratch = host / "tmp"
-        self.scratch.mkdir(exist_ok=True)
-
-    def read(self, path: str) -> str | None:
-        file = Path(path)
-        if not file.exists():
-            return None
-        try:
-            return file.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            raise cc.ConfigError(f"{path} is not UTF-8 text") from None
-
-    def run(self, argv: list[str]) -> str:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise cc.ConfigError(f"{argv} failed: {proc.stderr}")
-        return proc.stdout
-
-    def put(self, name: str, text: str) -> str:
-        (self.scratch / name).write_text(text)
-        return str(self.scratch / name)
-
-    def glob(self, pattern: str) -> list[str]:
-        return glob.glob(pattern)
-
-    def mode(self, path: str) -> str | None:
-        return f"{Path(path).stat().st_mode & 0o7777:04o}" if Path(path).exists() else None
+def local(argv: list[str]) -> dict:
+    """NodeAction.command on this machine."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
 
 DEFAULTS = {
@@ -120,7 +113,7 @@ DEFAULTS = {
 }
 
 
-def run(host: Path, **params) -> dict:
+def run(host: Path, node: cn.SnapshotNode | None = None, **params) -> dict:
     """What the action returns: the plan, or failed and msg."""
     args = {
         **DEFAULTS,
@@ -131,7 +124,8 @@ def run(host: Path, **params) -> dict:
         **params,
     }
     try:
-        return {"changed": False, **cc.Planner(LocalNode(host), args).plan()}
+        node = node or cn.SnapshotNode(local, binary=args["containerd_binary"])
+        return {"changed": False, **cc.Planner(node, args).plan()}
     except cc.ConfigError as exc:
         return {"failed": True, "msg": str(exc)}
 
@@ -225,3 +219,142 @@ def test_a_second_imports_key_is_reported_not_repaired(host):
     result = run(host)
     assert result["failed"] is True
     assert "config.toml is not valid TOML" in result["msg"]
+
+
+# A run with nothing to change reads the node once and dumps the base and the drop-in on disk together.
+NO_OP_COMMANDS = 2
+
+
+def _user_imports(host: Path) -> None:
+    """containerd 1.6's case of the molecule scenario: the user imports conf.d/*.toml and sets the CRI section there."""
+    conf = host / "etc" / "conf.d"
+    conf.mkdir()
+    (host / "etc" / "config.toml").write_text(f'version = 2\nimports = ["{conf}/*.toml"]\n')
+    (conf / "50-user.toml").write_text(
+        "version = 2\n[plugins.'io.containerd.grpc.v1.cri']\n  sandbox_image = 'registry.example.internal/pause'\n"
+        "  [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]\n    SystemdCgroup = true\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "setup", "params"),
+    [
+        (3, None, {}),
+        (3, None, {"set_as_default": True, "cdi": True}),
+        (2, None, {}),
+        (2, _user_imports, {}),
+    ],
+    ids=[
+        "2.x from the defaults",
+        "2.x default runtime and CDI",
+        "1.x from the defaults",
+        "1.x with the user's imports",
+    ],
+)
+def test_a_run_with_nothing_to_change_costs_two_commands(host, version, setup, params):
+    containerd(host, version)
+    if setup:
+        setup(host)
+    first = cn.SnapshotNode(local, binary=str(host / "containerd"))
+    planned = run(host, node=first, **params)
+    assert not planned.get("failed"), planned
+    assert first.commands == 3  # read, base dump, candidate dump
+    apply(host, planned)
+
+    node = cn.SnapshotNode(local, binary=str(host / "containerd"))
+    again = run(host, node=node, **params)
+    assert not again.get("failed"), again
+    assert node.commands <= NO_OP_COMMANDS
+    assert (again["main_content"], again["dropin_content"], again["record_content"]) == (
+        planned["main_content"],
+        planned["dropin_content"],
+        planned["record_content"],
+    )
+    assert (again["main_before"], again["dropin_before"]) == (again["main_content"], again["dropin_content"])
+    if setup:
+        # containerd 1.x: the drop-in carries the user's CRI section, read from the import in the first command.
+        assert "registry.example.internal/pause" in again["dropin_content"]
+        assert again["systemd_cgroup"] is True
+        assert again["import_added"] is False
+
+
+def test_a_changed_option_is_checked_as_its_own_candidate(host):
+    planned = run(host)
+    apply(host, planned)
+    node = cn.SnapshotNode(local, binary=str(host / "containerd"))
+    changed = run(host, node=node, systemd_cgroup=True, set_as_default=True)
+    assert not changed.get("failed"), changed
+    assert node.commands == 3
+    runtime = tomllib.loads(changed["dropin_content"])["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    assert runtime["default_runtime_name"] == "nvidia"
+    assert runtime["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
+
+
+def test_a_dropin_another_import_overrides_is_refused_on_a_no_op_run_too(host):
+    planned = run(host, set_as_default=True)
+    apply(host, planned)
+    main = host / "etc" / "config.toml"
+    late = host / "etc" / "zz-late.toml"
+    late.write_text(
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'\n"
+    )
+    main.write_text(main.read_text().replace(f'"{planned["dropin"]}"]', f'"{planned["dropin"]}", "{late}"]'))
+    node = cn.SnapshotNode(local, binary=str(host / "containerd"))
+    refused = run(host, node=node, set_as_default=True)
+    assert refused["failed"] is True
+    assert "default_runtime_name is 'runc', not 'nvidia'" in refused["msg"]
+    assert node.commands == NO_OP_COMMANDS
+
+
+# The action itself over a stand-in connection: each command it would send over SSH runs in this machine's sh, and
+# every operation that costs a round trip is recorded.
+
+
+class _Shell:
+    tmpdir = None
+
+
+def _action(args: dict, line_end: str) -> tuple[ActionModule, list[str]]:
+    task = SimpleNamespace(
+        args=args, async_val=0, check_mode=False, diff=False, action="kubegpu.node.containerd_config"
+    )
+    connection = SimpleNamespace(_shell=_Shell())
+    action = ActionModule(task, connection, SimpleNamespace(check_mode=False), None, None, None)
+    trips: list[str] = []
+
+    def execute(cmd: str, sudoable: bool = True, in_data=None) -> dict:
+        trips.append(cmd)
+        done = subprocess.run(cmd, shell=True, capture_output=True, text=True, check=False)
+        return {"rc": done.returncode, "stdout": done.stdout.replace("\n", line_end), "stderr": done.stderr}
+
+    def refused(*args, **kwargs):
+        trips.append("temporary folder or module")
+        raise AssertionError("no temporary folder, transfer or module is needed")
+
+    action._low_level_execute_command = execute  # type: ignore[method-assign]
+    action._make_tmp_path = refused  # type: ignore[method-assign]
+    action._transfer_data = refused  # type: ignore[method-assign]
+    action._execute_module = refused  # type: ignore[method-assign]
+    return action, trips
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n"], ids=["pipe", "terminal"])
+def test_the_action_on_a_no_op_run_sends_two_commands_and_makes_no_temporary_folder(host, line_end):
+    args = {
+        "path": str(host / "etc" / "config.toml"),
+        "dropin": str(host / "etc" / "conf.d" / "99-nvidia.toml"),
+        "record": str(host / "record.json"),
+        "containerd_binary": str(host / "containerd"),
+    }
+    action, trips = _action(args, line_end)
+    planned = action.run(task_vars={})
+    assert not planned.get("failed"), planned
+    assert len(trips) == 3
+    apply(host, planned)
+
+    action, trips = _action(args, line_end)
+    again = action.run(task_vars={})
+    assert not again.get("failed"), again
+    assert again["changed"] is False
+    assert (again["main_content"], again["dropin_content"]) == (planned["main_content"], planned["dropin_content"])
+    assert len(trips) <= NO_OP_COMMANDS, trips
