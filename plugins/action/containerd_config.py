@@ -33,16 +33,10 @@ ARGUMENT_SPEC: dict[str, Any] = {
 class ActionModule(NodeAction):
     # The node is read, and the candidates dumped, by commands (_containerd_node.SCRIPT): no temporary folder of
     # Ansible's unless a candidate is too large to travel inside a command.
-    TRANSFERS_FILES = False
     argument_spec = ARGUMENT_SPEC
     failures = (cc.ConfigError, NodeError)
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         args["path"] = os.path.normpath(args["path"])
-        node = cn.SnapshotNode(self.command, binary=args["containerd_binary"], put=self._scratch)
+        node = cn.SnapshotNode(self.command, binary=args["containerd_binary"], put=self.put)
         return {**cc.Planner(node, args).plan(), "changed": False}
-
-    def _scratch(self, name: str, text: str) -> str:
-        if self._connection._shell.tmpdir is None:
-            self._make_tmp_path()
-        return self.put(name, text)

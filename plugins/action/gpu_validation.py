@@ -95,8 +95,7 @@ def wait_for_pods(
 
 
 class ActionModule(NodeAction):
-    # Runs on the controller over what the play read from the API and the hosts: no connection, no temporary folder.
-    TRANSFERS_FILES = False
+    # Runs on the controller over what the play read from the API and the hosts: no connection.
     _requires_connection = False
     argument_spec = ARGUMENT_SPEC
     failures = (gv.ValidationError,)

@@ -41,7 +41,6 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 class ActionModule(NodeAction):
     # Reads only through commands: no remote temporary folder is made (three round trips saved).
-    TRANSFERS_FILES = False
 
     argument_spec = ARGUMENT_SPEC
     failures = (tk.Refusal, NodeError, ValueError)

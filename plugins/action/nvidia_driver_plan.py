@@ -44,9 +44,6 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 
 class ActionModule(NodeAction):
-    # Reads only through commands and modules: no remote temporary folder is made (three round trips saved).
-    TRANSFERS_FILES = False
-
     argument_spec = ARGUMENT_SPEC
     failures = (nd.Refusal, NodeError, ValueError)
 

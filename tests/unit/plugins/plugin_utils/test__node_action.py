@@ -181,3 +181,36 @@ def test_prefetched_answers_are_used_once_then_the_node_is_asked_again():
     assert len(sent) == 1 and action.command(["echo", "x"])["stdout"] == "x\n" and len(sent) == 1
     again = action.command(["date", "+%N"])
     assert len(sent) == 2 and again["rc"] == 0 and first["rc"] == 0
+
+
+# ----- the temporary folder on the node -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ACTIONS)
+def test_no_action_makes_a_temporary_folder_before_it_needs_one(name):
+    # issue 18: Ansible makes and removes a temporary folder around every task of an action that says it transfers
+    # files: two SSH round trips a task, on every no-op run. NodeAction.put makes it when a file is written.
+    module = importlib.import_module(f"ansible_collections.kubegpu.node.plugins.action.{name}")
+    assert module.ActionModule.TRANSFERS_FILES is False
+
+
+def test_put_makes_the_temporary_folder_once_when_the_first_file_is_written():
+    action = make(Planner, {"name": "x"})
+    shell = SimpleNamespace(tmpdir=None, join_path=lambda *parts: "/".join(parts))
+    action._connection = SimpleNamespace(_shell=shell)
+    made: list[str] = []
+    written: list[tuple[str, str]] = []
+
+    def make_tmp() -> str:
+        made.append("tmp")
+        shell.tmpdir = "/root/.ansible/tmp/ansible-tmp-1"
+        return shell.tmpdir
+
+    action._make_tmp_path = make_tmp  # type: ignore[method-assign]
+    action._transfer_data = lambda path, data: written.append((path, data))  # type: ignore[method-assign]
+    action._fixup_perms2 = lambda paths: None  # type: ignore[method-assign]
+    first = action.put(".note", "{}")
+    second = action.put(".source-0", "text")
+    assert made == ["tmp"]
+    assert (first, second) == ("/root/.ansible/tmp/ansible-tmp-1/.note", "/root/.ansible/tmp/ansible-tmp-1/.source-0")
+    assert written == [(first, "{}"), (second, "text")]
