@@ -2,7 +2,7 @@
 # Runs each molecule scenario named (all of them by default) with the full test sequence and reports each one's time.
 # MOLECULE_JOBS scenarios run at once (default 3): most of a scenario's time is spent waiting on apt, dpkg and systemd
 # inside its containers, not on the controller's CPU, so three at a time shorten the run even on a two-core machine
-# (bench/RESULTS.md, "CI time": the scenarios take about 105 minutes one after another, the longest 27).
+# (bench/RESULTS.md, "CI time": the scenarios took 138 minutes one after another in the last CI run, the longest 33).
 # Each scenario's output goes to .tmp/molecule/<scenario>.log; the end of a failed scenario's log is printed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,10 +17,11 @@ scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
-# The longest scenarios start first so that the others run beside them rather than after them: nvidia_driver builds
-# Debian's real driver with DKMS, by far the longest scenario; then containerd and docker_malformed (about 14 minutes
-# each in the last full run).
-long_first=(nvidia_driver containerd docker_malformed)
+# The longest scenarios start first, longest first, so that the others fill the slots beside them (the order of the
+# last full CI run's times, bench/RESULTS.md "CI time": nvidia_driver builds Debian's real driver with DKMS, 2008 s;
+# docker_malformed 1509 s; kubelet 828 s; nvidia_driver_cuda 812 s; containerd 722 s; the rest under 630 s).
+long_first=(nvidia_driver docker_malformed kubelet nvidia_driver_cuda containerd nvidia_container_toolkit docker
+  service_config_kill crio gpu_mig)
 ordered=()
 for s in "${long_first[@]}"; do
   for t in "${scenarios[@]}"; do [ "$t" = "$s" ] && ordered+=("$s"); done
