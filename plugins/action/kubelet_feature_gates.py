@@ -77,13 +77,8 @@ class ActionModule(NodeAction):
     argument_spec = ARGUMENT_SPEC
     failures = (ks.PlanError, kg.GateTableError, NodeError)
 
-    def _text(self, path: str) -> str | None:
-        return self._texts([path])[path]
-
     def _texts(self, paths: list[str]) -> dict[str, str | None]:
         """Several files read in one command (None: it does not exist)."""
-        if not any(paths):
-            return {}
         return self._reads(paths, [])[0]
 
     def _node_read(self, requests: list[str]) -> list[bytes | None]:
