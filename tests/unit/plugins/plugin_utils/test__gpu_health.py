@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _gpu_health as gh
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu_health"
@@ -431,3 +432,15 @@ def test_a_verdict_already_in_the_local_facts_is_not_written_again(fake_node, tm
     facts.chmod(0o700)
     fact.write_text(content)
     assert read()[2] is False
+
+
+def test_the_role_writes_the_facts_file_as_the_comparison_expects():
+    # facts_current compares with FACTS_DIR_OWNER and FACTS_FILE_OWNER; the role's file and copy tasks set them. Were
+    # the two to differ, every run would find the file "not current" and write it again.
+    tasks = yaml.safe_load((Path(__file__).parents[4] / "roles" / "gpu_health" / "tasks" / "main.yml").read_text())
+    block = next(task["block"] for task in tasks if "block" in task)
+    folder = next(task["ansible.builtin.file"] for task in block if "ansible.builtin.file" in task)
+    written = next(task["ansible.builtin.copy"] for task in block if "ansible.builtin.copy" in task)
+    assert f"{folder['owner']} {folder['group']} {int(folder['mode'], 8):o}" == gh.FACTS_DIR_OWNER
+    assert f"{written['owner']} {written['group']} {int(written['mode'], 8):o}" == gh.FACTS_FILE_OWNER
+    assert written["content"] == "{{ __gpu_health_read.facts_content }}"
