@@ -13,6 +13,7 @@ Where the fixtures it made live and what each stands for: tests/unit/plugins/plu
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ phase() {
   p=$1
   save "$p-smi-q-x" nvidia-smi -q -x
   save "$p-smi-query-apps" nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name --format=csv,noheader
-  save "$p-driver-read" env $(cat "$here/driver.env") sh "$here/driver.sh"
+  save "$p-driver-read" sh "$here/driver.sh"
   save "$p-health-read" sh "$here/health.sh" nvidia-smi "" /sys/bus/pci/devices 20
   save "$p-mig-read" sh "$here/mig.sh" nvidia-smi
   save "$p-gpu-probe" sh "$here/gpu_probe.sh"
@@ -95,9 +96,8 @@ def emit(target: Path) -> None:
 
     target.mkdir(parents=True, exist_ok=True)
     argv = _nvidia_driver.read_argv([], ["nvidia-*", "libnvidia-*", "cuda-drivers*"], full=False)
-    env = argv[1 : argv.index("sh")]
-    (target / "driver.env").write_text(" ".join(e for e in env if " " not in e.split("=", 1)[1]) + "\n")
-    (target / "driver.sh").write_text(_nvidia_driver.READ_SCRIPT)
+    # The whole command the action runs (its environment's values hold spaces: the package patterns, the files).
+    (target / "driver.sh").write_text(shlex.join(argv) + "\n")
     (target / "health.sh").write_text(_gpu_health.READ_SCRIPT)
     (target / "mig.sh").write_text(mig_script)
     (target / "gpu_probe.sh").write_text(_service_config.GPU_PROBE_SCRIPT)
