@@ -19,6 +19,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "max_xid_lines": {"type": "int", "default": 2000},
     "ignore_xids": {"type": "list", "elements": "int", "default": []},
     "facts_file": {"type": "path", "default": ""},
+    "fail_on": {"type": "str", "default": "none"},
 }
 
 
@@ -29,6 +30,8 @@ class ActionModule(NodeAction):
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         if args["max_xid_lines"] < 1:
             raise ValueError("max_xid_lines must be 1 or more")
+        # The role's gpu_health_fail_on, refused before the node is read (the role's settings check).
+        gh.fails({}, args["fail_on"])
         # One round trip, also in check mode: the read changes nothing.
         outcome = self.command(
             [
@@ -48,7 +51,12 @@ class ActionModule(NodeAction):
         except gh.HealthReadError as exc:
             said = " ".join(outcome["stderr"].split())[:300]
             raise gh.HealthReadError(f"{exc} (exit {outcome['rc']}{': ' + said if said else ''})") from None
-        result = {"changed": False, "gpu_health": health, "msg": health["summary"]}
+        result = {
+            "changed": False,
+            "gpu_health": health,
+            "fails": gh.fails(health, args["fail_on"]),
+            "msg": health["summary"],
+        }
         if args["facts_file"]:
             result.update(facts_content=content, facts_current=current)
         return result

@@ -76,6 +76,15 @@ options:
         write it.
     type: path
     default: ""
+  fail_on:
+    description:
+      - The verdicts RV(fails) is true for - V(none) (none), V(degraded) (degraded or failed), V(failed). A node whose
+        GPUs could not be read (verdict C(unknown)) is never one of them.
+      - This action does not fail for them; the role of the same name does (C(gpu_health_fail_on)), once it has
+        recorded and reported the verdict. Any other value fails the action before the node is read.
+    type: str
+    choices: [none, degraded, failed]
+    default: none
 notes:
   - Xids count from the node's boot; a GPU reset that cleared the fault does not clear the kernel log, so such a GPU
     stays failed until the next reboot, or until its Xid is listed in O(ignore_xids).
@@ -116,6 +125,10 @@ facts_content:
 facts_current:
   description: Whether O(facts_file) already holds RV(facts_content), root's, mode 0644, in a folder of mode 0755.
   returned: when O(facts_file) is set
+  type: bool
+fails:
+  description: Whether the verdict is one O(fail_on) names.
+  returned: success
   type: bool
 gpu_health:
   description: The node's verdict, as the role writes it into C(ansible_local.nvidia_health).

@@ -775,5 +775,16 @@ def judge_and_compare(stdout: str, ignore_xids: list[int] | None = None) -> tupl
 # ----- what the cluster side needs ----------------------------------------------------------------------------------
 
 
+# gpu_health_fail_on (the action's fail_on): the verdicts each setting fails the role for. "unknown" never fails it.
+FAIL_ON = {"none": (), "degraded": ("degraded", "failed"), "failed": ("failed",)}
+
+
+def fails(health: dict[str, Any], fail_on: str) -> bool:
+    """Whether a verdict is at least as bad as fail_on (none, degraded or failed) says the role must fail for."""
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"gpu_health_fail_on must be none, degraded or failed, not {fail_on}.")
+    return health.get("verdict") in FAIL_ON[fail_on]
+
+
 def verdict_rank(value: str) -> int:
     return _rank(VERDICTS, value) if value in VERDICTS else 0

@@ -437,10 +437,25 @@ def test_a_verdict_already_in_the_local_facts_is_not_written_again(fake_node, tm
 def test_the_role_writes_the_facts_file_as_the_comparison_expects():
     # facts_current compares with FACTS_DIR_OWNER and FACTS_FILE_OWNER; the role's file and copy tasks set them. Were
     # the two to differ, every run would find the file "not current" and write it again.
-    tasks = yaml.safe_load((Path(__file__).parents[4] / "roles" / "gpu_health" / "tasks" / "main.yml").read_text())
-    block = next(task["block"] for task in tasks if "block" in task)
-    folder = next(task["ansible.builtin.file"] for task in block if "ansible.builtin.file" in task)
-    written = next(task["ansible.builtin.copy"] for task in block if "ansible.builtin.copy" in task)
+    tasks = yaml.safe_load(
+        (Path(__file__).parents[4] / "roles" / "gpu_health" / "tasks" / "write_facts.yml").read_text()
+    )
+    folder = next(task["ansible.builtin.file"] for task in tasks if "ansible.builtin.file" in task)
+    written = next(task["ansible.builtin.copy"] for task in tasks if "ansible.builtin.copy" in task)
     assert f"{folder['owner']} {folder['group']} {int(folder['mode'], 8):o}" == gh.FACTS_DIR_OWNER
     assert f"{written['owner']} {written['group']} {int(written['mode'], 8):o}" == gh.FACTS_FILE_OWNER
     assert written["content"] == "{{ __gpu_health_read.facts_content }}"
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "failing"),
+    [("none", set()), ("degraded", {"degraded", "failed"}), ("failed", {"failed"})],
+)
+def test_fail_on_names_the_verdicts_that_fail_the_role_and_never_unknown(fail_on, failing):
+    for verdict in gh.VERDICTS:
+        assert gh.fails({"verdict": verdict}, fail_on) is (verdict in failing), verdict
+
+
+def test_a_fail_on_the_role_does_not_know_is_refused_with_the_roles_variable_named():
+    with pytest.raises(ValueError, match=r"^gpu_health_fail_on must be none, degraded or failed, not sometimes\.$"):
+        gh.fails({"verdict": "healthy"}, "sometimes")
