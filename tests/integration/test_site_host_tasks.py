@@ -24,9 +24,9 @@ from test_site_playbook import _gpu_hosts, _run_site, _standins
 CALLBACKS = Path(__file__).resolve().parent / "host_tasks"
 # Host-tasks each host costs on a no-op run, per play, its run_once tasks left out (they cost once a play or a batch):
 # preflight 13 and batch 29 before the site's own steps were cut (2026-11-26: the labels' and gpu_health's includes,
-# set_facts and guards; 33 of the site's own steps, 22 after), with the chain's includes (5 in each play) and
+# set_facts and guards; 33 of the site's own steps, 21 after), with the chain's includes (5 in each play) and
 # gpu_health's role included.
-BOUNDS = {"preflight": 11, "batch": 20}
+BOUNDS = {"preflight": 11, "batch": 19}
 PLAYS = {"Preflight": "preflight", "Make GPU nodes ready": "batch", "Deploy NVIDIA's device plugin": "cluster"}
 
 
@@ -148,3 +148,18 @@ def test_the_labels_step_says_why_a_node_gets_none_and_fails_static_labels_witho
         assert static.returncode != 0, static.output
         assert "kubegpu_gpu_labels is static but gpu-b has no GPU in its nvidia facts" in static.stdout, static.stdout
         assert static.recap["gpu-b"]["failed"] == 1, static.stdout
+
+
+def test_site_refuses_a_gpu_health_setting_in_its_preflight_before_any_host_changes(ansible, tmp_path):
+    # The gpu_health role's variables are checked with the playbook's, once, in the preflight play (the batch's import
+    # of the role skips its own check).
+    standins = _standins(tmp_path)
+    hosts = _gpu_hosts(standins)
+    hosts["gpu-b"]["gpu_health_fail_on"] = "sometimes"
+    with SimCluster(nodes=[SimNode("gpu-a", gpus=4), SimNode("gpu-b", gpus=4)]) as cluster:
+        kubeconfig = cluster.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        refused = _run_site(ansible, hosts, kubeconfig, tags="gpu_health,labels")
+        assert refused.returncode != 0, refused.output
+        assert "value of gpu_health_fail_on must be one of: none, degraded, failed, got: sometimes" in refused.stdout
+        assert "PLAY [Make GPU nodes ready" not in refused.stdout, refused.stdout
+        assert "nvidia.com/gpu.count" not in cluster.get_object("Node", "gpu-a")["metadata"]["labels"]
