@@ -177,6 +177,12 @@ unlinked:
   returned: with state present, or O(links_only)
   type: list
   elements: str
+steps:
+  description:
+    - Which steps have anything to do, each a bool - C(packages) (key, source, lists, packages, holds), C(configure)
+      (C(config.toml), the udev rule, the C(/dev/char) links). The role includes a step's tasks only when it is true.
+  returned: with state present
+  type: dict
 remove_files:
   description: With state absent, the files the role wrote.
   returned: with state absent

@@ -228,6 +228,13 @@ facts_changed:
   description: Whether the file differs from it.
   returned: with state present
   type: bool
+steps:
+  description:
+    - Which steps have anything to do, each a bool - C(install) (files, lists, packages, holds, DKMS builds),
+      C(activate) (a load, a reboot or its warning, nvidia-persistenced), C(facts) (the facts file differs). The role
+      includes a step's tasks only when it is true.
+  returned: with state present
+  type: dict
 checked:
   description: What a full read found that holds for the run (the key, the source's offer, the role's files, the PCI
     GPUs, the initramfs), for O(checked).

@@ -509,11 +509,21 @@ def plan(inputs: Inputs, node: NodeRead, key: str | None, files: dict[str, str |
         node.files.get(UDEV_RULE_FILE) != UDEV_RULE or node.modes.get(UDEV_RULE_FILE) != "0644"
     )
     spec_ok = bool(node.cdi_list) and any(line.startswith("nvidia.com/gpu=") for line in node.cdi_list)
+    to_hold = packages["to_hold"] if inputs.hold else []
+    to_unhold = packages["held"] if not inputs.hold else []
+    unlinked = node.unlinked if inputs.dev_char_symlinks else []
+    # Which task files have anything to do (tasks/main.yml includes only those: on a node in place a skipped task
+    # costs the controller about what a run one does): `packages`, any task of tasks/packages.yml; `configure`, of
+    # tasks/configure.yml (config.toml, the udev rule, the /dev/char links).
+    steps = {
+        "packages": bool(repo_changes or update_needed or packages["install"] or to_hold or to_unhold),
+        "configure": bool(write_config or write_udev or unlinked),
+    }
     return {
         "packages": packages,
         "hold_after_apt": list(PACKAGES) if inputs.hold else [],
-        "to_hold": packages["to_hold"] if inputs.hold else [],
-        "to_unhold": packages["held"] if not inputs.hold else [],
+        "to_hold": to_hold,
+        "to_unhold": to_unhold,
         "files": file_plan,
         "repo_changes": repo_changes,
         "update_needed": update_needed,
@@ -533,5 +543,6 @@ def plan(inputs: Inputs, node: NodeRead, key: str | None, files: dict[str, str |
             "list_rc": node.cdi_list_rc,
             "ok": spec_ok,
         },
-        "unlinked": node.unlinked if inputs.dev_char_symlinks else [],
+        "unlinked": unlinked,
+        "steps": steps,
     }

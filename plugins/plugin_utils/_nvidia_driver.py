@@ -1164,7 +1164,33 @@ def plan(
         "facts_changed": current_facts != text,
         "fact_file": FACT_FILE,
     }
+    result["steps"] = steps(result)
     return Plan(result=result, warnings=warnings)
+
+
+def steps(result: dict[str, Any]) -> dict[str, bool]:
+    """Which of the role's task files have anything to do (tasks/main.yml includes only those: on a node in place a
+    skipped task costs the controller about what a run one does). `install`: any task of tasks/install.yml would run;
+    `activate`: any of tasks/activate.yml (load, reboot or its warning, nvidia-persistenced); `facts`: the facts file
+    differs."""
+    changes = result["changes"]
+    decision = result["decision"]
+    return {
+        "install": bool(
+            any(f["changed"] for f in result["files"])
+            or changes["initramfs"]
+            or changes["remove"]
+            or changes["update_lists"]
+            or changes["install_pinning"]
+            or changes["install_packages"]
+            or changes["to_hold"]
+            or changes["dkms_build"]
+        ),
+        "activate": bool(
+            decision["action"] == "load" or decision["reboot_required"] or result["persistenced"]["change"]
+        ),
+        "facts": bool(result["facts_changed"]),
+    }
 
 
 def _precompiled_suffix(inputs: Inputs) -> str:

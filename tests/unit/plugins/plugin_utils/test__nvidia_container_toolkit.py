@@ -209,6 +209,28 @@ def test_config_and_udev_rule_are_written_only_when_they_differ():
     assert tk.plan(INPUTS, mode, KEY, in_place(), probed=True)["udev_rule"]["write"]
 
 
+def test_the_steps_of_a_node_in_place_are_none_and_each_change_turns_its_step_on():
+    # tasks/main.yml includes packages.yml and configure.yml only for their step: a step left off that had work
+    # would leave the node unchanged without a word.
+    def steps(inputs=INPUTS, node=None, files=None):
+        return tk.plan(inputs, node or read(CONVERGED), KEY, in_place(inputs) if files is None else files, True)[
+            "steps"
+        ]
+
+    assert steps() == {"packages": False, "configure": False}
+    assert steps(files={}) == {"packages": True, "configure": False}  # key and source
+    one_off = dict.fromkeys(PACKAGES, "1.18.2-1") | {PACKAGES[0]: "1.17.8-1"}
+    assert steps(node=read(dpkg(one_off, tuple(PACKAGES))))["packages"]  # a package off the pin
+    assert steps(node=read(dpkg(dict.fromkeys(PACKAGES, "1.18.2-1"))))["packages"]  # only the holds
+    assert steps(tk.Inputs(hold=False, runtime_config={"a": True}))["packages"]  # holds to release
+    assert steps(node=read(CONVERGED, config="#a = false\n")) == {"packages": False, "configure": True}
+    assert steps(node=read(CONVERGED, udev=None))["configure"]
+    assert steps(node=read(CONVERGED, unlinked=["/dev/nvidia0"]))["configure"]
+    assert not steps(tk.Inputs(dev_char_symlinks=False), read(CONVERGED, unlinked=["/dev/nvidia0"], udev=None))[
+        "configure"
+    ]
+
+
 def test_holds_are_released_when_not_wanted():
     result = tk.plan(tk.Inputs(hold=False), read(CONVERGED), KEY, in_place(tk.Inputs(hold=False)), probed=True)
     assert result["to_unhold"] == sorted(PACKAGES) and result["hold_after_apt"] == []
