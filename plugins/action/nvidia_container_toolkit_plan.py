@@ -119,6 +119,8 @@ class ActionModule(NodeAction):
         return {
             "changed": False,
             **planned,
+            # What the role's next run on the host in this run starts from (see nvidia_driver_plan).
+            "full_read": not checked,
             "checked": {
                 "key": key,
                 "files": files,

@@ -188,6 +188,13 @@ remove_files:
   returned: with state absent
   type: list
   elements: str
+full_read:
+  description:
+    - Whether this plan read everything (the key and the repository), without O(checked).
+    - The role's next run on the host in the same playbook run plans from this result's C(checked) instead of
+      reading it all again.
+  returned: with state present
+  type: bool
 checked:
   description: The key, the source and keyring as read, whether the repository was read; for O(checked).
   returned: with state present
