@@ -109,6 +109,7 @@ class ActionModule(NodeAction):
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         inputs = self._inputs(args)
+        nd.check_platform(inputs)
         checked = args["checked"]
         check_mode = bool(self._task.check_mode)
         if inputs.state == "absent":

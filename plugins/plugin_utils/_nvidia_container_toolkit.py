@@ -291,6 +291,8 @@ class Inputs:
     keyring: str = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
     source: str = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
     architecture: str = "x86_64"
+    os_family: str = "Debian"
+    distribution: str = "Debian"
 
     @property
     def uris(self) -> list[str]:
@@ -308,6 +310,22 @@ class Inputs:
             ["/"],
             [],
             keyring or self.keyring,
+        )
+
+
+def check_platform(inputs: Inputs) -> None:
+    """The node's system and architecture (from its facts) are ones NVIDIA publishes the toolkit's apt packages for."""
+    if inputs.os_family == "RedHat":
+        raise Refusal(
+            f"kubegpu.node.nvidia_container_toolkit does not support {inputs.distribution} (RHEL family) yet: NVIDIA's "
+            "rpm repository (gpgcheck, dnf versionlock) is not implemented because it cannot be tested here. Install "
+            "the toolkit with dnf from https://nvidia.github.io/libnvidia-container/stable/rpm/ and lock its four "
+            f"packages, then run kubegpu.node.container_runtime. {NOTHING_CHANGED}"
+        )
+    if inputs.os_family != "Debian" or inputs.architecture not in ARCHES:
+        raise Refusal(
+            f"kubegpu.node.nvidia_container_toolkit supports the Debian family (Debian, Ubuntu) on "
+            f"{' and '.join(ARCHES)}; it runs {inputs.distribution} on {inputs.architecture}. {NOTHING_CHANGED}"
         )
 
 

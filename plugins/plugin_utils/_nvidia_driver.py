@@ -836,6 +836,23 @@ class Inputs:
         )
 
 
+# Where the role installs the driver: apt and dpkg on these distributions, for the architectures the driver is packaged
+# for (as Ansible's facts name them).
+DISTRIBUTIONS = ("Debian", "Ubuntu")
+ARCHITECTURES = ("x86_64", "aarch64")
+
+
+def check_platform(inputs: Inputs) -> None:
+    """The node's system and architecture (from its facts) are ones the role installs the driver on."""
+    if inputs.distribution in DISTRIBUTIONS and inputs.architecture in ARCHITECTURES:
+        return
+    raise Refusal(
+        f"kubegpu.node.nvidia_driver installs the driver from apt packages on {' and '.join(DISTRIBUTIONS)}, on "
+        f"{' or '.join(ARCHITECTURES)}; it runs {inputs.distribution} {inputs.distribution_version} on "
+        f"{inputs.architecture}. Install the driver there with the system's own tools. {NOTHING_CHANGED}"
+    )
+
+
 def check_inputs(inputs: Inputs) -> None:
     """The inputs that argument specs cannot check."""
     problems = []

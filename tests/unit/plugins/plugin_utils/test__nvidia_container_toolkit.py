@@ -305,3 +305,20 @@ def test_the_read_script_runs_under_a_posix_shell():
     assert set(node.files) == {tk.RUNTIME_CONFIG_FILE, tk.UDEV_RULE_FILE, tk.Inputs().keyring, tk.Inputs().source}
     links = subprocess.run(tk.links_argv(), capture_output=True, text=True, check=False)
     assert links.returncode == 0 and links.stdout.startswith("@@unlinked")
+
+
+def test_the_debian_family_on_x86_64_and_aarch64_are_platforms_of_the_role():
+    tk.check_platform(tk.Inputs(os_family="Debian", distribution="Ubuntu", architecture="aarch64"))
+
+
+def test_the_rhel_family_is_refused_with_what_to_do_instead():
+    with pytest.raises(tk.Refusal) as refused:
+        tk.check_platform(tk.Inputs(os_family="RedHat", distribution="Rocky"))
+    assert str(refused.value).startswith("kubegpu.node.nvidia_container_toolkit does not support Rocky (RHEL family)")
+    assert "https://nvidia.github.io/libnvidia-container/stable/rpm/" in str(refused.value)
+
+
+@pytest.mark.parametrize(("os_family", "architecture"), [("Suse", "x86_64"), ("Debian", "ppc64le")])
+def test_another_system_or_architecture_is_refused(os_family, architecture):
+    with pytest.raises(tk.Refusal, match=r"supports the Debian family \(Debian, Ubuntu\) on x86_64 and aarch64"):
+        tk.check_platform(tk.Inputs(os_family=os_family, distribution="X", architecture=architecture))

@@ -849,3 +849,26 @@ def test_a_node_left_broken_by_a_failed_postinst_is_repaired_in_one_transaction(
         "nvidia-persistenced=580.95.05-1",
     ]
     assert plan()["changes"]["apt_state"] == "present"
+
+
+@pytest.mark.parametrize(
+    ("distribution", "architecture"),
+    [("Debian", "x86_64"), ("Ubuntu", "aarch64")],
+)
+def test_debian_and_ubuntu_on_x86_64_and_aarch64_are_platforms_of_the_role(distribution, architecture):
+    nd.check_platform(nd.Inputs(branch="580", distribution=distribution, architecture=architecture))
+
+
+@pytest.mark.parametrize(
+    ("distribution", "version", "architecture"),
+    [("Rocky", "9.4", "x86_64"), ("Linuxmint", "22", "x86_64"), ("Debian", "12", "ppc64le")],
+)
+def test_another_system_or_architecture_is_refused_before_the_node_is_read(distribution, version, architecture):
+    inputs = nd.Inputs(branch="580", distribution=distribution, distribution_version=version, architecture=architecture)
+    with pytest.raises(nd.Refusal) as refused:
+        nd.check_platform(inputs)
+    assert str(refused.value) == (
+        "kubegpu.node.nvidia_driver installs the driver from apt packages on Debian and Ubuntu, on x86_64 or aarch64; "
+        f"it runs {distribution} {version} on {architecture}. Install the driver there with the system's own tools. "
+        "Nothing was changed."
+    )
