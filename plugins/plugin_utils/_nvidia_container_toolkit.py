@@ -408,9 +408,13 @@ if [ "${CDI:-0}" = 1 ] && command -v nvidia-ctk >/dev/null 2>&1; then
   out=$(nvidia-ctk cdi list 2>&1); echo "@@cdi-list $?"; printf '%s\n' "$out"
 fi
 """
-# The NVIDIA device nodes without their /dev/char/MAJOR:MINOR link.
+# The NVIDIA device nodes without their /dev/char/MAJOR:MINOR link: the GPUs and control devices, and the MIG
+# capability devices under /dev/nvidia-caps (config, monitor, each GPU and compute instance), which `nvidia-ctk system
+# create-dev-char-symlinks --create-all` links too (NVIDIA/nvidia-container-toolkit,
+# cmd/nvidia-ctk/system/create-dev-char-symlinks/all.go: the MIG minors of /proc/driver/nvidia-caps/mig-minors) and
+# which kubegpu.node.service_config's reload guard counts as well.
 LINKS_SCRIPT = r"""echo "@@unlinked"
-for dev in /dev/nvidia*; do
+for dev in /dev/nvidia* /dev/nvidia-caps/*; do
   [ -c "$dev" ] || continue
   link=$(printf '/dev/char/%d:%d' "0x$(stat -c %t "$dev")" "0x$(stat -c %T "$dev")")
   [ -e "$link" ] || echo "$dev"

@@ -11,6 +11,7 @@ import pytest
 import tomllib
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _apt
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _nvidia_container_toolkit as tk
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
 
 PACKAGES = [
     "nvidia-container-toolkit",
@@ -322,3 +323,16 @@ def test_the_rhel_family_is_refused_with_what_to_do_instead():
 def test_another_system_or_architecture_is_refused(os_family, architecture):
     with pytest.raises(tk.Refusal, match=r"supports the Debian family \(Debian, Ubuntu\) on x86_64 and aarch64"):
         tk.check_platform(tk.Inputs(os_family=os_family, distribution="X", architecture=architecture))
+
+
+def test_the_toolkit_links_the_devices_the_reload_guard_counts():
+    # kubegpu.node.service_config holds a daemon-reload back while an NVIDIA device it lists has no /dev/char link and
+    # points at this role to make them; the role must look at the same devices (it looked at /dev/nvidia* only, so a
+    # MIG-capable GPU's /dev/nvidia-caps devices kept the reload held back run after run), and so must the stand-in
+    # nvidia-ctk, as the real one links them (--create-all).
+    def globs(script: str) -> list[list[str]]:
+        return [line.split(" in ", 1)[1].split(";")[0].split() for line in script.splitlines() if "for dev in" in line]
+
+    standin = Path(__file__).parents[3] / "aptrepo/files/nvidia-container-toolkit/nvidia-ctk"
+    assert globs(tk.LINKS_SCRIPT) == globs(sc.GPU_PROBE_SCRIPT) == globs(standin.read_text())
+    assert globs(tk.LINKS_SCRIPT) == [["/dev/nvidia*", "/dev/nvidia-caps/*"]]
