@@ -109,6 +109,7 @@ class ActionModule(NodeAction):
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         inputs = self._inputs(args)
+        nd.check_platform(inputs)
         checked = args["checked"]
         check_mode = bool(self._task.check_mode)
         if inputs.state == "absent":
@@ -143,11 +144,15 @@ class ActionModule(NodeAction):
             pci_gpus,
             check_mode=check_mode,
             error=args["error"],
-            facts_now=args["facts_now"],
+            # A full read reads the facts file itself; facts_now says what this run wrote since its full read.
+            facts_now=args["facts_now"] if checked else None,
         )
         if not args["error"] and not checked:
             nd.refuse_secure_boot(node, planned.result["dkms"])
         out: dict[str, Any] = {"changed": False, **planned.result}
+        # A full read's result is what the role's next run on the host in this run starts from (its own plan is not
+        # a full read, so the run after it checks everything again).
+        out["full_read"] = not checked
         out["checked"] = {
             "key": source.key,
             "offered": source.offered,
