@@ -36,6 +36,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "checked": {"type": "dict"},
     "links_only": {"type": "bool", "default": False},
     "reread_files": {"type": "bool", "default": False},
+    "hand_over": {"type": "bool", "default": False},
 }
 
 
@@ -123,7 +124,7 @@ class ActionModule(NodeAction):
             "changed": False,
             **planned,
             # What the role's next run on the host in this run starts from (see nvidia_driver_plan).
-            "full_read": not checked,
+            "hand_over": bool(args["hand_over"]) and not checked,
             "checked": {
                 "key": key,
                 "files": files,

@@ -40,6 +40,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "checked": {"type": "dict"},
     "error": {"type": "str", "default": ""},
     "facts_now": {"type": "str"},
+    "hand_over": {"type": "bool", "default": False},
 }
 
 
@@ -150,9 +151,9 @@ class ActionModule(NodeAction):
         if not args["error"] and not checked:
             nd.refuse_secure_boot(node, planned.result["dkms"])
         out: dict[str, Any] = {"changed": False, **planned.result}
-        # A full read's result is what the role's next run on the host in this run starts from (its own plan is not
-        # a full read, so the run after it checks everything again).
-        out["full_read"] = not checked
+        # A full read asked to be handed over (the role's preflight entry point) is what the role's next run on the
+        # host in this run starts from; that run's own plan is no full read, so the run after it checks everything.
+        out["hand_over"] = bool(args["hand_over"]) and not checked
         out["checked"] = {
             "key": source.key,
             "offered": source.offered,

@@ -102,6 +102,13 @@ options:
     description: Read only the NVIDIA device nodes without a C(/dev/char) link (RV(unlinked)).
     type: bool
     default: false
+  hand_over:
+    description:
+      - Mark a full read's result for the role's next run on the host in this playbook run (result C(hand_over)). The
+        role's preflight entry point sets it; its main entry point does not, so that a run's own preflight is never
+        taken for a later run's.
+    type: bool
+    default: false
 seealso:
   - module: kubegpu.node.service_config
 """
@@ -188,9 +195,10 @@ remove_files:
   returned: with state absent
   type: list
   elements: str
-full_read:
+hand_over:
   description:
-    - Whether this plan read everything (the key and the repository), without O(checked).
+    - True when O(hand_over) was asked for and this plan read everything (the key and the repository) without
+      O(checked).
     - The role's next run on the host in the same playbook run plans from this result's C(checked) instead of
       reading it all again.
   returned: with state present

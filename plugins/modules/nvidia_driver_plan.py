@@ -152,6 +152,13 @@ options:
     description: The facts file's content when the role wrote it earlier in this run, since the full read whose
       C(checked) is given; used only with O(checked) (a full read reads the file).
     type: str
+  hand_over:
+    description:
+      - Mark a full read's result for the role's next run on the host in this playbook run (result C(hand_over)). The
+        role's preflight entry point sets it; its main entry point does not, so that a run's own preflight is never
+        taken for a later run's.
+    type: bool
+    default: false
 notes:
   - The node needs a POSIX shell, dpkg, apt and kmod's C(modinfo); nothing else beyond what ansible-core asks for.
 seealso:
@@ -236,9 +243,10 @@ steps:
       includes a step's tasks only when it is true.
   returned: with state present
   type: dict
-full_read:
+hand_over:
   description:
-    - Whether this plan read everything (the package source, the role's files, the PCI GPUs), without O(checked).
+    - True when O(hand_over) was asked for and this plan read everything (the package source, the role's files, the
+      PCI GPUs) without O(checked).
     - The role's next run on the host in the same playbook run plans from this result's C(checked) instead of
       reading it all again.
   returned: with state present
