@@ -36,6 +36,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "checked": {"type": "dict"},
     "links_only": {"type": "bool", "default": False},
     "reread_files": {"type": "bool", "default": False},
+    "hand_over": {"type": "bool", "default": False},
 }
 
 
@@ -66,12 +67,15 @@ class ActionModule(NodeAction):
             keyring=args["keyring"],
             source=args["source"],
             architecture=str(facts.get("architecture", "")),
+            os_family=str(facts.get("os_family", "")),
+            distribution=str(facts.get("distribution", "")),
         )
         if args["links_only"]:
             said = self.command(tk.links_argv())
             if said["rc"] != 0:
                 raise NodeError(f"reading the device nodes failed (rc {said['rc']}): {said['stderr'].strip()}")
             return {"changed": False, "unlinked": tk.parse_read(said["stdout"]).unlinked}
+        tk.check_platform(inputs)
         checked = args["checked"]
         full = not checked and inputs.state == "present"
         tk.check_inputs(inputs)
@@ -119,6 +123,8 @@ class ActionModule(NodeAction):
         return {
             "changed": False,
             **planned,
+            # What the role's next run on the host in this run starts from (see nvidia_driver_plan).
+            "hand_over": bool(args["hand_over"]) and not checked,
             "checked": {
                 "key": key,
                 "files": files,

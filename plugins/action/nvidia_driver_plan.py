@@ -40,6 +40,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "checked": {"type": "dict"},
     "error": {"type": "str", "default": ""},
     "facts_now": {"type": "str"},
+    "hand_over": {"type": "bool", "default": False},
 }
 
 
@@ -109,6 +110,7 @@ class ActionModule(NodeAction):
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         inputs = self._inputs(args)
+        nd.check_platform(inputs)
         checked = args["checked"]
         check_mode = bool(self._task.check_mode)
         if inputs.state == "absent":
@@ -143,11 +145,15 @@ class ActionModule(NodeAction):
             pci_gpus,
             check_mode=check_mode,
             error=args["error"],
-            facts_now=args["facts_now"],
+            # A full read reads the facts file itself; facts_now says what this run wrote since its full read.
+            facts_now=args["facts_now"] if checked else None,
         )
         if not args["error"] and not checked:
             nd.refuse_secure_boot(node, planned.result["dkms"])
         out: dict[str, Any] = {"changed": False, **planned.result}
+        # A full read asked to be handed over (the role's preflight entry point) is what the role's next run on the
+        # host in this run starts from; that run's own plan is no full read, so the run after it checks everything.
+        out["hand_over"] = bool(args["hand_over"]) and not checked
         out["checked"] = {
             "key": source.key,
             "offered": source.offered,

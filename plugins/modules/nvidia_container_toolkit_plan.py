@@ -102,6 +102,13 @@ options:
     description: Read only the NVIDIA device nodes without a C(/dev/char) link (RV(unlinked)).
     type: bool
     default: false
+  hand_over:
+    description:
+      - Mark a full read's result for the role's next run on the host in this playbook run (result C(hand_over)). The
+        role's preflight entry point sets it; its main entry point does not, so that a run's own preflight is never
+        taken for a later run's.
+    type: bool
+    default: false
 seealso:
   - module: kubegpu.node.service_config
 """
@@ -177,11 +184,25 @@ unlinked:
   returned: with state present, or O(links_only)
   type: list
   elements: str
+steps:
+  description:
+    - Which steps have anything to do, each a bool - C(packages) (key, source, lists, packages, holds), C(configure)
+      (C(config.toml), the udev rule, the C(/dev/char) links). The role includes a step's tasks only when it is true.
+  returned: with state present
+  type: dict
 remove_files:
   description: With state absent, the files the role wrote.
   returned: with state absent
   type: list
   elements: str
+hand_over:
+  description:
+    - True when O(hand_over) was asked for and this plan read everything (the key and the repository) without
+      O(checked).
+    - The role's next run on the host in the same playbook run plans from this result's C(checked) instead of
+      reading it all again.
+  returned: with state present
+  type: bool
 checked:
   description: The key, the source and keyring as read, whether the repository was read; for O(checked).
   returned: with state present

@@ -149,8 +149,16 @@ options:
     type: str
     default: ""
   facts_now:
-    description: The facts file's content when the role wrote it earlier in this run.
+    description: The facts file's content when the role wrote it earlier in this run, since the full read whose
+      C(checked) is given; used only with O(checked) (a full read reads the file).
     type: str
+  hand_over:
+    description:
+      - Mark a full read's result for the role's next run on the host in this playbook run (result C(hand_over)). The
+        role's preflight entry point sets it; its main entry point does not, so that a run's own preflight is never
+        taken for a later run's.
+    type: bool
+    default: false
 notes:
   - The node needs a POSIX shell, dpkg, apt and kmod's C(modinfo); nothing else beyond what ansible-core asks for.
 seealso:
@@ -226,6 +234,21 @@ facts_text:
   type: str
 facts_changed:
   description: Whether the file differs from it.
+  returned: with state present
+  type: bool
+steps:
+  description:
+    - Which steps have anything to do, each a bool - C(install) (files, lists, packages, holds, DKMS builds),
+      C(activate) (a load, a reboot or its warning, nvidia-persistenced), C(facts) (the facts file differs). The role
+      includes a step's tasks only when it is true.
+  returned: with state present
+  type: dict
+hand_over:
+  description:
+    - True when O(hand_over) was asked for and this plan read everything (the package source, the role's files, the
+      PCI GPUs) without O(checked).
+    - The role's next run on the host in the same playbook run plans from this result's C(checked) instead of
+      reading it all again.
   returned: with state present
   type: bool
 checked:

@@ -291,6 +291,8 @@ class Inputs:
     keyring: str = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
     source: str = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
     architecture: str = "x86_64"
+    os_family: str = "Debian"
+    distribution: str = "Debian"
 
     @property
     def uris(self) -> list[str]:
@@ -308,6 +310,22 @@ class Inputs:
             ["/"],
             [],
             keyring or self.keyring,
+        )
+
+
+def check_platform(inputs: Inputs) -> None:
+    """The node's system and architecture (from its facts) are ones NVIDIA publishes the toolkit's apt packages for."""
+    if inputs.os_family == "RedHat":
+        raise Refusal(
+            f"kubegpu.node.nvidia_container_toolkit does not support {inputs.distribution} (RHEL family) yet: NVIDIA's "
+            "rpm repository (gpgcheck, dnf versionlock) is not implemented because it cannot be tested here. Install "
+            "the toolkit with dnf from https://nvidia.github.io/libnvidia-container/stable/rpm/ and lock its four "
+            f"packages, then run kubegpu.node.container_runtime. {NOTHING_CHANGED}"
+        )
+    if inputs.os_family != "Debian" or inputs.architecture not in ARCHES:
+        raise Refusal(
+            f"kubegpu.node.nvidia_container_toolkit supports the Debian family (Debian, Ubuntu) on "
+            f"{' and '.join(ARCHES)}; it runs {inputs.distribution} on {inputs.architecture}. {NOTHING_CHANGED}"
         )
 
 
@@ -390,9 +408,13 @@ if [ "${CDI:-0}" = 1 ] && command -v nvidia-ctk >/dev/null 2>&1; then
   out=$(nvidia-ctk cdi list 2>&1); echo "@@cdi-list $?"; printf '%s\n' "$out"
 fi
 """
-# The NVIDIA device nodes without their /dev/char/MAJOR:MINOR link.
+# The NVIDIA device nodes without their /dev/char/MAJOR:MINOR link: the GPUs and control devices, and the MIG
+# capability devices under /dev/nvidia-caps (config, monitor, each GPU and compute instance), which `nvidia-ctk system
+# create-dev-char-symlinks --create-all` links too (NVIDIA/nvidia-container-toolkit,
+# cmd/nvidia-ctk/system/create-dev-char-symlinks/all.go: the MIG minors of /proc/driver/nvidia-caps/mig-minors) and
+# which kubegpu.node.service_config's reload guard counts as well.
 LINKS_SCRIPT = r"""echo "@@unlinked"
-for dev in /dev/nvidia*; do
+for dev in /dev/nvidia* /dev/nvidia-caps/*; do
   [ -c "$dev" ] || continue
   link=$(printf '/dev/char/%d:%d' "0x$(stat -c %t "$dev")" "0x$(stat -c %T "$dev")")
   [ -e "$link" ] || echo "$dev"
@@ -509,11 +531,21 @@ def plan(inputs: Inputs, node: NodeRead, key: str | None, files: dict[str, str |
         node.files.get(UDEV_RULE_FILE) != UDEV_RULE or node.modes.get(UDEV_RULE_FILE) != "0644"
     )
     spec_ok = bool(node.cdi_list) and any(line.startswith("nvidia.com/gpu=") for line in node.cdi_list)
+    to_hold = packages["to_hold"] if inputs.hold else []
+    to_unhold = packages["held"] if not inputs.hold else []
+    unlinked = node.unlinked if inputs.dev_char_symlinks else []
+    # Which task files have anything to do (tasks/main.yml includes only those: on a node in place a skipped task
+    # costs the controller about what a run one does): `packages`, any task of tasks/packages.yml; `configure`, of
+    # tasks/configure.yml (config.toml, the udev rule, the /dev/char links).
+    steps = {
+        "packages": bool(repo_changes or update_needed or packages["install"] or to_hold or to_unhold),
+        "configure": bool(write_config or write_udev or unlinked),
+    }
     return {
         "packages": packages,
         "hold_after_apt": list(PACKAGES) if inputs.hold else [],
-        "to_hold": packages["to_hold"] if inputs.hold else [],
-        "to_unhold": packages["held"] if not inputs.hold else [],
+        "to_hold": to_hold,
+        "to_unhold": to_unhold,
         "files": file_plan,
         "repo_changes": repo_changes,
         "update_needed": update_needed,
@@ -533,5 +565,6 @@ def plan(inputs: Inputs, node: NodeRead, key: str | None, files: dict[str, str |
             "list_rc": node.cdi_list_rc,
             "ok": spec_ok,
         },
-        "unlinked": node.unlinked if inputs.dev_char_symlinks else [],
+        "unlinked": unlinked,
+        "steps": steps,
     }

@@ -836,6 +836,23 @@ class Inputs:
         )
 
 
+# Where the role installs the driver: apt and dpkg on these distributions, for the architectures the driver is packaged
+# for (as Ansible's facts name them).
+DISTRIBUTIONS = ("Debian", "Ubuntu")
+ARCHITECTURES = ("x86_64", "aarch64")
+
+
+def check_platform(inputs: Inputs) -> None:
+    """The node's system and architecture (from its facts) are ones the role installs the driver on."""
+    if inputs.distribution in DISTRIBUTIONS and inputs.architecture in ARCHITECTURES:
+        return
+    raise Refusal(
+        f"kubegpu.node.nvidia_driver installs the driver from apt packages on {' and '.join(DISTRIBUTIONS)}, on "
+        f"{' or '.join(ARCHITECTURES)}; it runs {inputs.distribution} {inputs.distribution_version} on "
+        f"{inputs.architecture}. Install the driver there with the system's own tools. {NOTHING_CHANGED}"
+    )
+
+
 def check_inputs(inputs: Inputs) -> None:
     """The inputs that argument specs cannot check."""
     problems = []
@@ -1164,7 +1181,33 @@ def plan(
         "facts_changed": current_facts != text,
         "fact_file": FACT_FILE,
     }
+    result["steps"] = steps(result)
     return Plan(result=result, warnings=warnings)
+
+
+def steps(result: dict[str, Any]) -> dict[str, bool]:
+    """Which of the role's task files have anything to do (tasks/main.yml includes only those: on a node in place a
+    skipped task costs the controller about what a run one does). `install`: any task of tasks/install.yml would run;
+    `activate`: any of tasks/activate.yml (load, reboot or its warning, nvidia-persistenced); `facts`: the facts file
+    differs."""
+    changes = result["changes"]
+    decision = result["decision"]
+    return {
+        "install": bool(
+            any(f["changed"] for f in result["files"])
+            or changes["initramfs"]
+            or changes["remove"]
+            or changes["update_lists"]
+            or changes["install_pinning"]
+            or changes["install_packages"]
+            or changes["to_hold"]
+            or changes["dkms_build"]
+        ),
+        "activate": bool(
+            decision["action"] == "load" or decision["reboot_required"] or result["persistenced"]["change"]
+        ),
+        "facts": bool(result["facts_changed"]),
+    }
 
 
 def _precompiled_suffix(inputs: Inputs) -> str:

@@ -1,8 +1,8 @@
 """roles/_common, the node layer every role imports first: tested once here, not per role.
 
-A throwaway collection `kubegpu.node` in the test's folder holds the real roles/_common (a link) beside a role `probe`
-that imports it as the collection's roles do, with OS variable files the test chooses. The host is this machine
-(local connection); its Python and facts are real, and a stand-in interpreter plays an old or missing Python.
+A throwaway collection `kubegpu.node` in the test's folder holds the real roles/_common and plugins/ (links) beside a
+role `probe` that imports it as the collection's roles do, with OS variable files the test chooses. The host is this
+machine (local connection); its Python and facts are real, and a stand-in interpreter plays an old or missing Python.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ PROBE_TASKS = """\
 - name: Write what the chain loaded
   ansible.builtin.copy:
     content: "{{ {'level': __probe_level, 'shared': __probe_shared, 'flag': probe_flag | bool,
-                  'gates': probe_gates} | to_json }}"
+                  'gates': probe_gates, 'distribution': ansible_facts['distribution']} | to_json }}"
     dest: "{{ probe_out }}"
     mode: "0600"
 """
@@ -39,6 +39,8 @@ def _collection(ansible, os_files: dict[str, dict]) -> Path:
         "namespace: kubegpu\nname: node\nversion: 0.0.1\nreadme: README.md\nauthors: [t]\n"
     )
     (node / "roles" / "_common").symlink_to(ansible.repo / "roles" / "_common")
+    # Its action, kubegpu.node.node_layer, and what the action imports.
+    (node / "plugins").symlink_to(ansible.repo / "plugins")
     probe = node / "roles" / "probe"
     (probe / "tasks").mkdir(parents=True)
     (probe / "tasks" / "main.yml").write_text(PROBE_TASKS)
@@ -96,7 +98,14 @@ def test_the_most_specific_os_file_wins_over_default(ansible, levels, expected):
     assert run.returncode == 0, run.output
     loaded = json.loads((ansible.workdir / "out.json").read_text())
     # Only the first file found is loaded over default.yml; what it does not set comes from default.yml.
-    assert loaded == {"level": expected, "shared": "from default.yml", "flag": False, "gates": {}}
+    # The facts the layer gathered (the play gathers none) are the host's facts for the tasks after it.
+    assert loaded == {
+        "level": expected,
+        "shared": "from default.yml",
+        "flag": False,
+        "gates": {},
+        "distribution": distribution,
+    }
     assert "is not among the systems" not in run.output
 
 
@@ -104,6 +113,25 @@ def test_an_untested_system_is_noted(ansible):
     run = _run(ansible, {"default.yml": {**SHARED, "__probe_os_tested": False}})
     assert run.returncode == 0, run.output
     assert "is not among the systems this collection's CI runs kubegpu.node.probe on" in run.output
+
+
+def test_a_role_called_again_in_the_run_loads_its_os_files_and_says_its_notes_once(ansible):
+    # site.yml calls the layer for a role in its preflight play and again in the batch: include_vars' variables and
+    # set_fact's last for the whole run, so the second call loads nothing and says nothing again.
+    run = _run(
+        ansible,
+        {"default.yml": {**SHARED, "__probe_os_tested": False}},
+        plays=2,
+        roles=2,
+        probe_old_flag="true",
+    )
+    assert run.returncode == 0, run.output
+    assert run.output.count("is not among the systems this collection's CI runs kubegpu.node.probe on") == 1
+    assert run.output.count("DEPRECATED: probe_old_flag is the old name of probe_flag") == 1
+    assert json.loads((ansible.workdir / "out.json").read_text())["flag"] is True
+    # One include_vars run in all four calls: the later three skip it (an empty loop).
+    assert run.output.count("TASK [kubegpu.node._common : Load the variables every system shares") == 4
+    assert run.output.count("default.yml)") == 1, run.output
 
 
 def _interpreter(ansible, script: str) -> str:
@@ -184,7 +212,7 @@ def test_it_refuses_to_run_on_its_own(ansible):
     run = ansible.playbook(playbook, inventory=ansible.inventory({"node-a": {}}), skip_chain=False)
     assert run.returncode != 0, run.output
     assert "kubegpu.node._common is internal" in run.output
-    assert "Find the node's Python version" not in run.output
+    assert "Load the variables every system shares" not in run.output
 
 
 def test_an_old_name_with_the_new_ones_type_is_used_with_a_warning(ansible):

@@ -11,6 +11,7 @@ import pytest
 import tomllib
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _apt
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _nvidia_container_toolkit as tk
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
 
 PACKAGES = [
     "nvidia-container-toolkit",
@@ -209,6 +210,28 @@ def test_config_and_udev_rule_are_written_only_when_they_differ():
     assert tk.plan(INPUTS, mode, KEY, in_place(), probed=True)["udev_rule"]["write"]
 
 
+def test_the_steps_of_a_node_in_place_are_none_and_each_change_turns_its_step_on():
+    # tasks/main.yml includes packages.yml and configure.yml only for their step: a step left off that had work
+    # would leave the node unchanged without a word.
+    def steps(inputs=INPUTS, node=None, files=None):
+        return tk.plan(inputs, node or read(CONVERGED), KEY, in_place(inputs) if files is None else files, True)[
+            "steps"
+        ]
+
+    assert steps() == {"packages": False, "configure": False}
+    assert steps(files={}) == {"packages": True, "configure": False}  # key and source
+    one_off = dict.fromkeys(PACKAGES, "1.18.2-1") | {PACKAGES[0]: "1.17.8-1"}
+    assert steps(node=read(dpkg(one_off, tuple(PACKAGES))))["packages"]  # a package off the pin
+    assert steps(node=read(dpkg(dict.fromkeys(PACKAGES, "1.18.2-1"))))["packages"]  # only the holds
+    assert steps(tk.Inputs(hold=False, runtime_config={"a": True}))["packages"]  # holds to release
+    assert steps(node=read(CONVERGED, config="#a = false\n")) == {"packages": False, "configure": True}
+    assert steps(node=read(CONVERGED, udev=None))["configure"]
+    assert steps(node=read(CONVERGED, unlinked=["/dev/nvidia0"]))["configure"]
+    assert not steps(tk.Inputs(dev_char_symlinks=False), read(CONVERGED, unlinked=["/dev/nvidia0"], udev=None))[
+        "configure"
+    ]
+
+
 def test_holds_are_released_when_not_wanted():
     result = tk.plan(tk.Inputs(hold=False), read(CONVERGED), KEY, in_place(tk.Inputs(hold=False)), probed=True)
     assert result["to_unhold"] == sorted(PACKAGES) and result["hold_after_apt"] == []
@@ -283,3 +306,33 @@ def test_the_read_script_runs_under_a_posix_shell():
     assert set(node.files) == {tk.RUNTIME_CONFIG_FILE, tk.UDEV_RULE_FILE, tk.Inputs().keyring, tk.Inputs().source}
     links = subprocess.run(tk.links_argv(), capture_output=True, text=True, check=False)
     assert links.returncode == 0 and links.stdout.startswith("@@unlinked")
+
+
+def test_the_debian_family_on_x86_64_and_aarch64_are_platforms_of_the_role():
+    tk.check_platform(tk.Inputs(os_family="Debian", distribution="Ubuntu", architecture="aarch64"))
+
+
+def test_the_rhel_family_is_refused_with_what_to_do_instead():
+    with pytest.raises(tk.Refusal) as refused:
+        tk.check_platform(tk.Inputs(os_family="RedHat", distribution="Rocky"))
+    assert str(refused.value).startswith("kubegpu.node.nvidia_container_toolkit does not support Rocky (RHEL family)")
+    assert "https://nvidia.github.io/libnvidia-container/stable/rpm/" in str(refused.value)
+
+
+@pytest.mark.parametrize(("os_family", "architecture"), [("Suse", "x86_64"), ("Debian", "ppc64le")])
+def test_another_system_or_architecture_is_refused(os_family, architecture):
+    with pytest.raises(tk.Refusal, match=r"supports the Debian family \(Debian, Ubuntu\) on x86_64 and aarch64"):
+        tk.check_platform(tk.Inputs(os_family=os_family, distribution="X", architecture=architecture))
+
+
+def test_the_toolkit_links_the_devices_the_reload_guard_counts():
+    # kubegpu.node.service_config holds a daemon-reload back while an NVIDIA device it lists has no /dev/char link and
+    # points at this role to make them; the role must look at the same devices (it looked at /dev/nvidia* only, so a
+    # MIG-capable GPU's /dev/nvidia-caps devices kept the reload held back run after run), and so must the stand-in
+    # nvidia-ctk, as the real one links them (--create-all).
+    def globs(script: str) -> list[list[str]]:
+        return [line.split(" in ", 1)[1].split(";")[0].split() for line in script.splitlines() if "for dev in" in line]
+
+    standin = Path(__file__).parents[3] / "aptrepo/files/nvidia-container-toolkit/nvidia-ctk"
+    assert globs(tk.LINKS_SCRIPT) == globs(sc.GPU_PROBE_SCRIPT) == globs(standin.read_text())
+    assert globs(tk.LINKS_SCRIPT) == [["/dev/nvidia*", "/dev/nvidia-caps/*"]]

@@ -556,6 +556,35 @@ def test_a_node_in_place_needs_nothing_and_a_second_plan_says_so():
     assert again["facts"]["installed_version"] == "580.95.05" and again["facts"]["next_boot_ready"] is True
 
 
+def test_the_steps_of_a_node_in_place_are_none_and_each_change_turns_its_step_on():
+    # tasks/main.yml includes install.yml, activate.yml and facts.yml only for their step: a step left off that had
+    # work would leave the node unchanged without a word, so each kind of work must turn its step on.
+    in_place = plan()
+    assert in_place["steps"] == {"install": False, "activate": False, "facts": True}  # no facts file yet
+    assert plan(files=converged_files(facts=in_place["facts_text"]))["steps"] == dict.fromkeys(
+        ("install", "activate", "facts"), False
+    )
+    assert plan(offer=LATER)["steps"]["install"]  # a new point release: lists, pinning, packages
+    assert plan(nd.Inputs(branch="590", source="cuda", kernels=(NEXT,)))["steps"]["install"]  # a branch change
+    unheld = node(packages=dpkg(want="install"))
+    assert plan(read=unheld)["steps"]["install"]  # only the holds
+    files = converged_files()
+    files[nd.BLACKLIST_FILE] = None
+    assert plan(files=files)["steps"]["install"]  # only a file
+    assert plan(read=node(module=""))["changes"]["dkms_build"] and plan(read=node(module=""))["steps"]["install"]
+    loads = plan(read=node(running=RUNNING), gpus=PCI_GPU, inputs=nd.Inputs(branch="580", source="cuda"))
+    assert loads["steps"]["activate"]  # a load and nvidia-persistenced
+    reboots = plan(
+        nd.Inputs(branch="580", source="cuda"),
+        read=node(running=RUNNING, running_module="", running_headers=False),
+        gpus=PCI_GPU,
+    )
+    assert reboots["decision"]["reboot_required"] and reboots["steps"]["activate"]
+    stopped = node()
+    stopped.persistenced_enabled = False
+    assert plan(read=stopped)["steps"] == {"install": False, "activate": True, "facts": True}
+
+
 def test_a_new_point_release_is_installed_from_lists_updated_first():
     # Issue 17 item 6: NVIDIA published 580.105.08 since the last run. The plan takes it from the source; apt installs
     # from the node's own lists, so they are updated (the role's source only) before apt runs.
@@ -820,3 +849,26 @@ def test_a_node_left_broken_by_a_failed_postinst_is_repaired_in_one_transaction(
         "nvidia-persistenced=580.95.05-1",
     ]
     assert plan()["changes"]["apt_state"] == "present"
+
+
+@pytest.mark.parametrize(
+    ("distribution", "architecture"),
+    [("Debian", "x86_64"), ("Ubuntu", "aarch64")],
+)
+def test_debian_and_ubuntu_on_x86_64_and_aarch64_are_platforms_of_the_role(distribution, architecture):
+    nd.check_platform(nd.Inputs(branch="580", distribution=distribution, architecture=architecture))
+
+
+@pytest.mark.parametrize(
+    ("distribution", "version", "architecture"),
+    [("Rocky", "9.4", "x86_64"), ("Linuxmint", "22", "x86_64"), ("Debian", "12", "ppc64le")],
+)
+def test_another_system_or_architecture_is_refused_before_the_node_is_read(distribution, version, architecture):
+    inputs = nd.Inputs(branch="580", distribution=distribution, distribution_version=version, architecture=architecture)
+    with pytest.raises(nd.Refusal) as refused:
+        nd.check_platform(inputs)
+    assert str(refused.value) == (
+        "kubegpu.node.nvidia_driver installs the driver from apt packages on Debian and Ubuntu, on x86_64 or aarch64; "
+        f"it runs {distribution} {version} on {architecture}. Install the driver there with the system's own tools. "
+        "Nothing was changed."
+    )
