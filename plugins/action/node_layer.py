@@ -45,13 +45,13 @@ class ActionModule(NodeAction):
 
         # Before any module runs: a module on an older Python fails with an error that does not say so.
         if done.get("python_checked") != interpreter:
-            said = self._low_level_execute_command(nl.python_command(interpreter))
+            said = self.command(nl.python_argv(interpreter))
             refused = nl.python_refusal(
                 str(self._vars.get("inventory_hostname", "the node")),
                 caller,
-                int(said.get("rc", 1)),
-                str(said.get("stdout", "")),
-                str(said.get("stderr", "")),
+                int(said["rc"] if said["rc"] is not None else 1),
+                said["stdout"],
+                said["stderr"],
             )
             if refused:
                 raise Refused(refused)

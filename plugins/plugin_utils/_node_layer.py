@@ -47,11 +47,14 @@ def short_name(caller: str) -> str:
     return caller[len(COLLECTION_PREFIX) :] if caller.startswith(COLLECTION_PREFIX) else caller
 
 
-def python_command(interpreter: str) -> str:
-    """The shell command that prints the node's Python as '3.11 /usr/bin/python3' (run with `raw`'s means: no module,
-    since a module needs the Python this checks)."""
-    quoted = "'" + interpreter.replace("'", "'\"'\"'") + "'"
-    return quoted + " -c 'import sys; print(\"%d.%d %s\" % (sys.version_info[0], sys.version_info[1], sys.executable))'"
+def python_argv(interpreter: str) -> list[str]:
+    """The command that prints the node's Python as '3.11 /usr/bin/python3', run through the node's shell as `raw`
+    runs one (NodeAction.command): no module, since a module needs the Python this checks."""
+    return [
+        interpreter,
+        "-c",
+        'import sys; print("%d.%d %s" % (sys.version_info[0], sys.version_info[1], sys.executable))',
+    ]
 
 
 def python_refusal(host: str, caller: str, rc: int, stdout: str, stderr: str) -> str | None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -53,14 +54,18 @@ def test_python_3_8_and_later_pass(version):
 
 
 def test_the_python_command_prints_what_the_check_reads():
-    # The command as the node's shell runs it, with this interpreter.
-    said = subprocess.run(["sh", "-c", nl.python_command(sys.executable)], capture_output=True, text=True, check=True)
+    # The command as the node's shell runs it (NodeAction.command quotes each word with shlex), with this interpreter.
+    said = subprocess.run(
+        ["sh", "-c", shlex.join(nl.python_argv(sys.executable))], capture_output=True, text=True, check=True
+    )
     assert nl.python_refusal("here", "r", 0, said.stdout, said.stderr) is None
     assert said.stdout.split()[1] == sys.executable
 
 
 def test_an_interpreter_path_with_a_quote_stays_one_word():
-    said = subprocess.run(["sh", "-c", nl.python_command("/no/such it's")], capture_output=True, text=True, check=False)
+    said = subprocess.run(
+        ["sh", "-c", shlex.join(nl.python_argv("/no/such it's"))], capture_output=True, text=True, check=False
+    )
     assert said.returncode == 127 and "/no/such it's" in said.stderr
 
 
