@@ -52,4 +52,13 @@ for name in "${order[@]}"; do
   [ "$rc" -eq 0 ] || failed+=("$name")
 done
 echo "gates: $(( ${#order[@]} - ${#failed[@]} )) passed, ${#failed[@]} failed"
+# What failed, last: CI keeps the end of the output, and the molecule log printed above is long. Each failed
+# scenario's failed tasks (Ansible's "fatal:"/"failed:" lines and the task name before them) and molecule's own
+# complaints (CRITICAL, the tasks an idempotence check found changed), each line cut at 800 bytes.
+for s in $(sed -n 's/^molecule scenario \([^:]*\): FAILED.*/\1/p' "$logs/molecule.log" 2>/dev/null); do
+  echo "== why molecule scenario $s failed ($root/.tmp/molecule/$s.log)"
+  grep -E '^(TASK \[|fatal: |failed: |CRITICAL|\* \[)' "$root/.tmp/molecule/$s.log" |
+    grep -E -B1 '^(fatal: |failed: |CRITICAL|\* \[)' | grep -v '^--$' |
+    cut -c1-800 | tail -n 24
+done
 [ ${#failed[@]} -eq 0 ] || { echo "== failed: ${failed[*]}"; exit 1; }

@@ -63,6 +63,12 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 # How many of the unit's journal entries since the restart are read to find its error (the newest are kept).
 JOURNAL_LINES = 2000
+# journald copies a unit's output into the journal as it reads the unit's stream, on its own time: on a busy node the
+# last words of a process that has already exited can reach the journal after `systemctl restart` has returned the
+# failure. A journal that holds no error yet is read again, after `journalctl --sync`, this many times in all, a second
+# apart (on the failure path only: a restart that works never reads the journal).
+JOURNAL_READS = 3
+JOURNAL_DELAY = 1.0
 
 
 @dataclass
@@ -480,13 +486,20 @@ class ActionModule(NodeAction):
         argv += [f"--lines={JOURNAL_LINES}", "--no-pager"]
         if mark.cursor:
             argv.append(f"--after-cursor={mark.cursor}")
-        journal = self.command(argv)
         result = shown["stdout"].strip() or None if shown["rc"] == 0 else None
-        if journal["rc"] != 0:
-            return result, None
-        error = sc.new_process_error(
-            journal["stdout"], service, mark, after, reloaded=args["reload"], pattern=args["error_pattern"]
-        )
+        error = None
+        for attempt in range(JOURNAL_READS):
+            if attempt:
+                time.sleep(JOURNAL_DELAY)
+                self.command(["journalctl", "--sync"])  # best effort: an older journald, or no right to ask
+            journal = self.command(argv)
+            if journal["rc"] != 0:
+                return result, None
+            error = sc.new_process_error(
+                journal["stdout"], service, mark, after, reloaded=args["reload"], pattern=args["error_pattern"]
+            )
+            if error:
+                break
         return result, error
 
     # -----------------------------------------------------------------------------------------------------------------
