@@ -55,7 +55,7 @@ echo "gates: $(( ${#order[@]} - ${#failed[@]} )) passed, ${#failed[@]} failed"
 # What failed, last: CI keeps the end of the output, and the molecule log printed above is long. Each failed
 # scenario's failed tasks (Ansible's "fatal:"/"failed:" lines and the task name before them) and molecule's own
 # complaints (CRITICAL, the tasks an idempotence check found changed), each line cut at 800 bytes.
-for s in $(sed -n 's/^molecule scenario \([^:]*\): FAILED.*/\1/p' "$logs/molecule.log" 2>/dev/null); do
+sed -n 's/^molecule scenario \([^:]*\): FAILED.*/\1/p' "$logs/molecule.log" 2>/dev/null | while read -r s; do
   echo "== why molecule scenario $s failed ($root/.tmp/molecule/$s.log)"
   grep -E '^(TASK \[|fatal: |failed: |CRITICAL|\* \[)' "$root/.tmp/molecule/$s.log" |
     grep -E -B1 '^(fatal: |failed: |CRITICAL|\* \[)' | grep -v '^--$' |

@@ -22,6 +22,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "done": {"type": "dict", "default": {}},
     "renamed": {"type": "list", "elements": "dict", "default": []},
     "given": {"type": "dict", "default": {}},
+    "renames_applied": {"type": "bool", "default": False},
 }
 
 
@@ -36,6 +37,9 @@ class ActionModule(NodeAction):
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         caller = args["caller"]
         refused = nl.refusal(caller, args["caller_path"], str(self._vars.get("role_path", "")))
+        if refused:
+            raise Refused(refused)
+        refused = nl.renames_refusal(caller, args["renamed"], args["renames_applied"])
         if refused:
             raise Refused(refused)
         done = args["done"] or {}

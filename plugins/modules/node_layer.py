@@ -23,6 +23,8 @@ description:
     C(<distribution>-<major>.yml), C(<distribution>.yml), C(<os_family>.yml)) once a run for each role, and warns when
     they say that the collection's CI does not run the role on the node's system.
   - Decides which old names of renamed variables are used for their new names, with a warning for each old name set.
+    C(roles/_common/tasks/node_renamed.yml) sets them; a role with renamed variables that imports C(node.yml) is
+    refused.
 author:
   - kubegpu.node maintainers (@kubegpu)
 extends_documentation_fragment:
@@ -55,6 +57,12 @@ options:
     description: The old names that are set, with their values.
     type: dict
     default: {}
+  renames_applied:
+    description:
+      - Whether the caller imported C(roles/_common/tasks/node_renamed.yml), which sets the new names after this task.
+      - A role with O(renamed) variables that imported C(node.yml) instead is refused.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""

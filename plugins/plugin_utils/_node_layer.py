@@ -42,6 +42,18 @@ def refusal(caller: str, caller_path: str, own_path: str) -> str | None:
     return INTERNAL
 
 
+def renames_refusal(caller: str, renamed: list[Any], applied: bool) -> str | None:
+    """Why the layer refuses a role with renamed variables that imported roles/_common's node.yml, which does not set
+    the new names (None when it may): the old names would be announced and then not used."""
+    if not renamed or applied:
+        return None
+    names = ", ".join(str(item.get("old", "?")) for item in renamed if isinstance(item, Mapping))
+    return (
+        f"{caller} has renamed variables ({names}): its preflight must import kubegpu.node._common with "
+        "tasks_from: node_renamed, which sets the new names from the old ones (node sets none)."
+    )
+
+
 def short_name(caller: str) -> str:
     """The role's own name: kubegpu.node.nvidia_driver -> nvidia_driver (its internal variables' prefix)."""
     return caller[len(COLLECTION_PREFIX) :] if caller.startswith(COLLECTION_PREFIX) else caller

@@ -20,7 +20,7 @@ PROBE_TASKS = """\
 - name: Check the node's Python and load the variables of its system
   ansible.builtin.import_role:
     name: kubegpu.node._common
-    tasks_from: node
+    tasks_from: {tasks_from}
 
 - name: Write what the chain loaded
   ansible.builtin.copy:
@@ -31,7 +31,7 @@ PROBE_TASKS = """\
 """
 
 
-def _collection(ansible, os_files: dict[str, dict]) -> Path:
+def _collection(ansible, os_files: dict[str, dict], tasks_from: str = "node_renamed", renamed=None) -> Path:
     root = ansible.workdir / "collections"
     node = root / "ansible_collections" / "kubegpu" / "node"
     (node / "roles").mkdir(parents=True)
@@ -43,11 +43,13 @@ def _collection(ansible, os_files: dict[str, dict]) -> Path:
     (node / "plugins").symlink_to(ansible.repo / "plugins")
     probe = node / "roles" / "probe"
     (probe / "tasks").mkdir(parents=True)
-    (probe / "tasks" / "main.yml").write_text(PROBE_TASKS)
+    (probe / "tasks" / "main.yml").write_text(PROBE_TASKS.replace("{tasks_from}", tasks_from))
     (probe / "defaults").mkdir()
     (probe / "defaults" / "main.yml").write_text("probe_flag: false\nprobe_gates: {}\n")
     (probe / "vars").mkdir()
-    (probe / "vars" / "main.yml").write_text(yaml.safe_dump({"__probe_renamed": RENAMED}))
+    (probe / "vars" / "main.yml").write_text(
+        yaml.safe_dump({"__probe_renamed": RENAMED if renamed is None else renamed})
+    )
     if os_files:
         (probe / "vars" / "os").mkdir()
         for name, variables in os_files.items():
@@ -55,8 +57,17 @@ def _collection(ansible, os_files: dict[str, dict]) -> Path:
     return root
 
 
-def _run(ansible, os_files: dict[str, dict], plays: int = 1, roles: int = 1, play_vars=None, **host: object):
-    collections = _collection(ansible, os_files)
+def _run(
+    ansible,
+    os_files: dict[str, dict],
+    plays: int = 1,
+    roles: int = 1,
+    play_vars=None,
+    tasks_from: str = "node_renamed",
+    renamed=None,
+    **host: object,
+):
+    collections = _collection(ansible, os_files, tasks_from, renamed)
     playbook = ansible.workdir / "probe.yml"
     play = {
         "hosts": "gpu_nodes",
@@ -239,3 +250,19 @@ def test_no_old_name_no_message(ansible):
     run = _run(ansible, {"default.yml": SHARED})
     assert run.returncode == 0, run.output
     assert "DEPRECATED" not in run.output and "is left alone" not in run.output
+
+
+def test_a_role_without_renamed_variables_imports_the_layer_without_the_renaming_task(ansible):
+    run = _run(ansible, {"default.yml": SHARED}, tasks_from="node", renamed=[])
+    assert run.returncode == 0, run.output
+    assert json.loads((ansible.workdir / "out.json").read_text())["level"] == "default"
+    assert "Use the old names of renamed variables" not in run.output
+
+
+def test_a_role_with_renamed_variables_that_imports_the_layer_without_the_renaming_task_is_refused(ansible):
+    # Its old names would be announced and then not used.
+    run = _run(ansible, {"default.yml": SHARED}, tasks_from="node", probe_old_flag="true")
+    assert run.returncode != 0, run.output
+    assert "kubegpu.node.probe has renamed variables (probe_old_flag, probe_old_gates)" in run.output
+    assert "tasks_from: node_renamed" in run.output
+    assert not (ansible.workdir / "out.json").exists()

@@ -139,3 +139,13 @@ def test_renamed_variables_used_and_left_alone():
 
 def test_no_old_name_set_nothing_to_say():
     assert nl.renamed(TABLE, {}, "r") == ([], [])
+
+
+def test_a_role_with_renamed_variables_must_import_the_renaming_file():
+    renamed = [{"old": "a_old", "new": "a"}, {"old": "b_old", "new": "b"}]
+    refused = nl.renames_refusal("kubegpu.node.r", renamed, applied=False)
+    assert refused is not None
+    assert refused.startswith("kubegpu.node.r has renamed variables (a_old, b_old)")
+    assert "tasks_from: node_renamed" in refused
+    assert nl.renames_refusal("kubegpu.node.r", renamed, applied=True) is None
+    assert nl.renames_refusal("kubegpu.node.r", [], applied=False) is None
