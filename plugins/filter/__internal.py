@@ -40,6 +40,10 @@ PRIVATE: dict[str, Callable[..., Any]] = {
     # playbooks/site.yml's batch play: the cordon record on a Node, and the message for unreachable hosts.
     "_cordon_record": _rollout.cordon_record,
     "_unreachable_report": _rollout.unreachable_report,
+    # playbooks/tasks/preflight.yml: the playbook's and the included role entry points' options as one spec.
+    "_entry_point_options": _rollout.entry_point_options,
+    # playbooks/site.yml's device plugin step: {node: summary} of the nodes whose GPUs are not healthy.
+    "_known_unhealthy": _rollout.known_unhealthy,
     # playbooks/tasks/sharing.yml and device_plugin_sharing.yml: the run's MIG strategy, each MIG node's resources.
     "_gpu_mig_strategy": _mig.strategy_for,
     "_gpu_mig_resources": _mig.resources_by_node,

@@ -15,9 +15,10 @@ version_added: 0.1.0
 description:
   - Internal to M(kubegpu.node.site) (C(playbooks/tasks/validate_cluster.yml)); its options and results may change in
     any release. It decides and waits; the playbook creates and deletes the objects with C(kubernetes.core).
-  - C(targets) reads each host's C(kubegpu_node_name), C(kubegpu_gpu_count), C(kubegpu_gpu_count_detected) and
-    C(kubegpu_validate) (C(all), C(changed) or C(none); C(true) and C(false), also as strings, mean C(all) and
-    C(none), with a deprecation warning) and returns the Kubernetes node names, the GPU counts known, each host's
+  - C(targets) reads each host's C(kubegpu_node_name), C(kubegpu_gpu_count), the GPU count the playbook read from
+    the PCI bus (its registered M(kubegpu.node.nvidia_pci_gpus), C(__kubegpu_pci_gpus)) and C(kubegpu_validate)
+    (C(all), C(changed) or C(none); C(true) and C(false), also as strings, mean C(all) and C(none), with a
+    deprecation warning) and returns the Kubernetes node names, the GPU counts known, each host's
     validation mode and the values it cannot use (also a O(namespace) that is not the validation's own).
   - C(select) decides which nodes this run validates from each host's mode and variables (what the drain window
     applied, C(kubelet_feature_gates_result), the driver version in

@@ -120,14 +120,20 @@ class Target:
     mode: str = "changed"
 
 
+def _detected(pci: Any) -> Any:
+    """The GPU count site.yml read from the PCI bus (its registered kubegpu.node.nvidia_pci_gpus), or None."""
+    return pci.get("count") if isinstance(pci, Mapping) and not pci.get("skipped") else None
+
+
 def collect_targets(hosts: Iterable[str], host_vars: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The Kubernetes node of each host, the GPUs it should have and how it is validated (site.yml's third play).
 
     ``host_vars``: per host, ``kubegpu_node_name`` (default: the inventory name), ``kubegpu_gpu_count`` (wins),
-    ``kubegpu_gpu_count_detected`` (the PCI count) and ``kubegpu_validate`` (see validation_mode; a host or group
-    variable, so a node pool can have its own). Returns ``nodes`` (in play order), ``expected`` (only the nodes whose
-    count is known), ``modes`` (per host), ``validating`` (whether any host is validated at all),
-    ``deprecation_notes`` and ``problems`` (one sentence per value that cannot be used).
+    ``__kubegpu_pci_gpus`` (site.yml's registered kubegpu.node.nvidia_pci_gpus: its ``count``) and
+    ``kubegpu_validate`` (see validation_mode; a host or group variable, so a node pool can have its own). Returns
+    ``nodes`` (in play order), ``expected`` (only the nodes whose count is known), ``modes`` (per host),
+    ``validating`` (whether any host is validated at all), ``deprecation_notes`` and ``problems`` (one sentence per
+    value that cannot be used).
     """
     nodes: list[str] = []
     expected: dict[str, int] = {}
@@ -146,7 +152,7 @@ def collect_targets(hosts: Iterable[str], host_vars: Mapping[str, Mapping[str, A
             problems.append(f"{host}: {exc}.")
         given = values.get("kubegpu_gpu_count")
         try:
-            count = gpu_count(given) if given is not None else gpu_count(values.get("kubegpu_gpu_count_detected"))
+            count = gpu_count(given) if given is not None else gpu_count(_detected(values.get("__kubegpu_pci_gpus")))
         except ValidationError:
             problems.append(
                 f"kubegpu_gpu_count of {host} is {given}: it must be the number of physical GPUs in the node "

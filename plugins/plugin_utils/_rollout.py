@@ -1,14 +1,16 @@
 # Copyright (c) kubegpu.node contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# Private helper of site.yml's batch play (through the private filters kubegpu.node._cordon_record and
-# kubegpu.node._unreachable_report), not a public API: it can change at any time. The record of a cordon this
-# collection made, read from a Node as the API returns it, and what site.yml says when hosts of a batch became
-# unreachable. Pure: site.yml reads the API and the hosts.
+# Private helpers of site.yml's plays (through the private filters kubegpu.node._cordon_record,
+# kubegpu.node._unreachable_report, kubegpu.node._entry_point_options and kubegpu.node._known_unhealthy), not a public
+# API: they can change at any time. The record of a cordon this collection made, read from a Node as the API returns
+# it; what site.yml says when hosts of a batch became unreachable; the one argument spec the preflight play checks
+# every host's variables against (the playbook's and each included role entry point's); the nodes whose GPUs the
+# batch play found unhealthy. Pure: site.yml reads the API, the spec files and the hosts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.kubegpu.node.plugins.module_utils._node_cordon import ANNOTATION, record_of, undo_commands
@@ -76,3 +78,56 @@ def unreachable_report(lost: Any, later: Any, policy: str) -> str:
             " failed with the host unreachable. Run it again once the host answers."
         )
     return " ".join(lines)
+
+
+def entry_point_options(sources: Any) -> dict[str, Any]:
+    """The options of several argument-spec entry points as one spec (ansible.builtin.validate_argument_spec's).
+
+    ``sources``: ``[{"name": "nvidia_driver", "specs": <meta/argument_specs.yml parsed>, "entry_point": "preflight"}]``.
+    site.yml's preflight play checks every host's variables against it once, for the playbook and each role entry
+    point it includes (which then skip their own check: one host-task a host and include less). An option that two
+    entry points both declare must be declared alike (a variable has one type); an entry point that is not in its
+    file is an error, not an empty spec.
+    """
+    if not isinstance(sources, Sequence) or isinstance(sources, (str, bytes)):
+        raise ValueError("entry_point_options expects a list of {name, specs, entry_point}")
+    options: dict[str, Any] = {}
+    declared_by: dict[str, str] = {}
+    for source in sources:
+        if not isinstance(source, Mapping):
+            raise ValueError("entry_point_options expects a list of {name, specs, entry_point}")
+        name, entry_point = str(source.get("name")), str(source.get("entry_point", "main"))
+        specs = source.get("specs")
+        entry = (specs.get("argument_specs") or {}).get(entry_point) if isinstance(specs, Mapping) else None
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"{name} has no argument spec entry point {entry_point!r}")
+        for option, spec in (entry.get("options") or {}).items():
+            where = f"{name} ({entry_point})"
+            if option in options and options[option] != spec:
+                raise ValueError(f"{option} is declared differently by {declared_by[option]} and {where}")
+            options.setdefault(option, spec)
+            declared_by.setdefault(option, where)
+    return options
+
+
+UNHEALTHY_VERDICTS = ("degraded", "failed")
+
+
+def known_unhealthy(hosts: Any) -> dict[str, str]:
+    """{node: summary} of each host whose GPU health verdict in this run is degraded or failed.
+
+    ``hosts``: each host's variables (``map('extract', hostvars)``): ``gpu_health_result`` (the gpu_health role's
+    verdict, absent where it did not run) and ``__kubegpu_this_node`` (its Kubernetes node). For the device plugin's
+    capacity-wait diagnosis and the validation table.
+    """
+    if not isinstance(hosts, Sequence) or isinstance(hosts, (str, bytes)):
+        raise ValueError("known_unhealthy expects the hosts' variables (map('extract', hostvars))")
+    notes: dict[str, str] = {}
+    for host in hosts:
+        if not isinstance(host, Mapping):
+            raise ValueError("known_unhealthy expects the hosts' variables (map('extract', hostvars))")
+        result = host.get("gpu_health_result")
+        if isinstance(result, Mapping) and result.get("verdict") in UNHEALTHY_VERDICTS:
+            node = host.get("__kubegpu_this_node") or host.get("inventory_hostname")
+            notes[str(node)] = str(result.get("summary", ""))
+    return notes

@@ -25,8 +25,9 @@ CALLBACKS = Path(__file__).resolve().parent / "host_tasks"
 # Host-tasks each host costs on a no-op run, per play, its run_once tasks left out (they cost once a play or a batch):
 # preflight 13 and batch 29 before the site's own steps were cut (2026-11-26: the labels' and gpu_health's includes,
 # set_facts and guards; 33 of the site's own steps, 21 after), with the chain's includes (5 in each play) and
-# gpu_health's role included.
-BOUNDS = {"preflight": 11, "batch": 19}
+# gpu_health's role included; 10 and 17 after the second cut (2026-11-28: the kubelet's preflight and plan in one
+# include, the PCI GPU count by kubegpu.node.nvidia_pci_gpus without a set_fact, gpu_health's note gone).
+BOUNDS = {"preflight": 10, "batch": 17}
 PLAYS = {"Preflight": "preflight", "Make GPU nodes ready": "batch", "Deploy NVIDIA's device plugin": "cluster"}
 
 

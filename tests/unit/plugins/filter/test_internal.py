@@ -15,8 +15,10 @@ FILTERS = internal.FilterModule().filters()
 def test_every_private_filter_is_underscore_named_and_maps_its_function():
     assert sorted(FILTERS) == [
         "_cordon_record",
+        "_entry_point_options",
         "_gpu_mig_resources",
         "_gpu_mig_strategy",
+        "_known_unhealthy",
         "_restart_safety",
         "_unreachable_report",
     ]
@@ -25,6 +27,8 @@ def test_every_private_filter_is_underscore_named_and_maps_its_function():
     assert FILTERS["_unreachable_report"].__wrapped__ is _rollout.unreachable_report
     assert FILTERS["_gpu_mig_strategy"].__wrapped__ is _mig.strategy_for
     assert FILTERS["_gpu_mig_resources"].__wrapped__ is _mig.resources_by_node
+    assert FILTERS["_entry_point_options"].__wrapped__ is _rollout.entry_point_options
+    assert FILTERS["_known_unhealthy"].__wrapped__ is _rollout.known_unhealthy
 
 
 def test_results_pass_through_and_a_wrong_input_is_a_filter_error():

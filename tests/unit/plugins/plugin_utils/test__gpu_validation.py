@@ -90,19 +90,22 @@ def test_run_id_is_awx_job_or_random():
 
 
 def test_collect_targets_reads_names_counts_and_modes():
-    hosts = ["a", "b.example", "c", "d"]
+    hosts = ["a", "b.example", "c", "d", "e"]
     found = gv.collect_targets(
         hosts,
         {
-            "a": {"kubegpu_gpu_count": 8},
+            "a": {"kubegpu_gpu_count": 8, "__kubegpu_pci_gpus": {"skipped": True, "changed": False}},
             "b.example": {"kubegpu_gpu_count": "4", "kubegpu_node_name": "b", "kubegpu_validate": "all"},
-            "c": {"kubegpu_gpu_count_detected": "2", "kubegpu_validate": "false"},
+            # site.yml's registered kubegpu.node.nvidia_pci_gpus
+            "c": {"__kubegpu_pci_gpus": {"changed": False, "count": 2, "gpus": []}, "kubegpu_validate": "false"},
             "d": {},
+            # a count given wins over the one read
+            "e": {"kubegpu_gpu_count": 0, "__kubegpu_pci_gpus": {"changed": False, "count": 4, "gpus": []}},
         },
     )
-    assert found["nodes"] == ["a", "b", "c", "d"]
-    assert found["expected"] == {"a": 8, "b": 4, "c": 2}
-    assert found["modes"] == {"a": "changed", "b.example": "all", "c": "none", "d": "changed"}
+    assert found["nodes"] == ["a", "b", "c", "d", "e"]
+    assert found["expected"] == {"a": 8, "b": 4, "c": 2, "e": 0}
+    assert found["modes"] == {"a": "changed", "b.example": "all", "c": "none", "d": "changed", "e": "changed"}
     assert found["validating"] is True
     assert len(found["deprecation_notes"]) == 1 and found["problems"] == []
 

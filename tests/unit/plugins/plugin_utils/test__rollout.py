@@ -1,13 +1,21 @@
-"""site.yml's roll-out helpers: the cordon record read from a Node, and the message for unreachable hosts."""
+"""site.yml's helpers: the cordon record, the unreachable hosts' message, the one argument spec, unhealthy nodes."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from ansible_collections.kubegpu.node.plugins.plugin_utils._rollout import cordon_record, unreachable_report
+import yaml
+from ansible_collections.kubegpu.node.plugins.plugin_utils._rollout import (
+    cordon_record,
+    entry_point_options,
+    known_unhealthy,
+    unreachable_report,
+)
 
 RECORD = "kubegpu.node/cordon"
+SITE_SPECS = "playbooks/vars/site_argument_specs.yml"
 
 
 def _node(annotations=None, unschedulable=False):
@@ -81,3 +89,84 @@ def test_bad_inputs_are_refused():
         unreachable_report([], [], "maybe")
     with pytest.raises(ValueError, match="extract"):
         unreachable_report(["gpu-b"], [], "stop")
+
+
+def _specs(**entry_points):
+    return {"argument_specs": {name: {"options": options} for name, options in entry_points.items()}}
+
+
+def test_entry_point_options_joins_the_playbook_and_the_role_entry_points_it_includes():
+    site = _specs(site={"kubegpu_serial": {"type": "raw"}})
+    driver = _specs(
+        main={"nvidia_driver_branch": {"type": "str"}, "nvidia_driver_reboot": {"type": "bool"}},
+        preflight={"nvidia_driver_branch": {"type": "str"}},
+    )
+    kubelet = _specs(plan={"kubelet_restart": {"type": "bool"}, "kubegpu_serial": {"type": "raw"}})
+    options = entry_point_options(
+        [
+            {"name": "site.yml", "entry_point": "site", "specs": site},
+            {"name": "nvidia_driver", "entry_point": "preflight", "specs": driver},
+            {"name": "kubelet", "entry_point": "plan", "specs": kubelet},
+        ]
+    )
+    # The entry point asked for, not every one of the file (main's nvidia_driver_reboot is not in preflight's).
+    assert options == {
+        "kubegpu_serial": {"type": "raw"},
+        "nvidia_driver_branch": {"type": "str"},
+        "kubelet_restart": {"type": "bool"},
+    }
+
+
+def test_entry_point_options_refuses_a_variable_declared_two_ways_and_a_missing_entry_point():
+    a = {"name": "a", "entry_point": "main", "specs": _specs(main={"x": {"type": "str"}})}
+    b = {"name": "b", "entry_point": "preflight", "specs": _specs(preflight={"x": {"type": "int"}})}
+    with pytest.raises(ValueError, match=r"x is declared differently by a \(main\) and b \(preflight\)"):
+        entry_point_options([a, b])
+    with pytest.raises(ValueError, match="b has no argument spec entry point 'plan'"):
+        entry_point_options([a, {**b, "entry_point": "plan"}])
+    with pytest.raises(ValueError, match="expects a list"):
+        entry_point_options("site")
+
+
+def test_the_site_preflight_spec_covers_every_option_of_the_role_entry_points_it_includes():
+    """The real files: one spec for the preflight play, the four chain roles' entry points in it."""
+    root = Path(__file__).resolve().parents[4]
+
+    def role(name):
+        return yaml.safe_load((root / "roles" / name / "meta" / "argument_specs.yml").read_text())
+
+    sources = [
+        {"name": "site.yml", "entry_point": "site", "specs": yaml.safe_load((root / SITE_SPECS).read_text())},
+        {"name": "gpu_health", "entry_point": "main", "specs": role("gpu_health")},
+        {"name": "nvidia_driver", "entry_point": "preflight", "specs": role("nvidia_driver")},
+        {"name": "nvidia_container_toolkit", "entry_point": "preflight", "specs": role("nvidia_container_toolkit")},
+        {"name": "container_runtime", "entry_point": "preflight", "specs": role("container_runtime")},
+        {"name": "kubelet", "entry_point": "plan", "specs": role("kubelet")},
+    ]
+    options = entry_point_options(sources)
+    for source in sources[2:]:
+        main = source["specs"]["argument_specs"]["main"]["options"]
+        # The batch play runs each role's main entry point without its own check: main's options are all here.
+        assert set(main) <= set(options), source["name"]
+    assert {"kubegpu_serial", "gpu_health_fail_on", "nvidia_driver_branch", "kubelet_restart"} <= set(options)
+
+
+def test_known_unhealthy_names_the_nodes_whose_gpus_are_degraded_or_failed():
+    hosts = [
+        {
+            "inventory_hostname": "a",
+            "__kubegpu_this_node": "node-a",
+            "gpu_health_result": {"verdict": "healthy", "summary": "ok"},
+        },
+        {
+            "inventory_hostname": "b",
+            "__kubegpu_this_node": "node-b",
+            "gpu_health_result": {"verdict": "degraded", "summary": "1 of 8 GPUs: XID 79"},
+        },
+        {"inventory_hostname": "c", "gpu_health_result": {"verdict": "failed", "summary": "no GPU answers"}},
+        {"inventory_hostname": "d", "__kubegpu_this_node": "node-d"},
+    ]
+    assert known_unhealthy(hosts) == {"node-b": "1 of 8 GPUs: XID 79", "c": "no GPU answers"}
+    assert known_unhealthy([]) == {}
+    with pytest.raises(ValueError, match="hosts' variables"):
+        known_unhealthy("a")
