@@ -17,11 +17,13 @@ scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
-# The longest scenarios start first, longest first, so that the others fill the slots beside them (the order of the
-# last full CI run's times, bench/RESULTS.md "CI time": nvidia_driver builds Debian's real driver with DKMS, 2008 s;
-# docker_malformed 1509 s; kubelet 828 s; nvidia_driver_cuda 812 s; containerd 722 s; the rest under 630 s).
-long_first=(nvidia_driver docker_malformed kubelet nvidia_driver_cuda containerd nvidia_container_toolkit docker
-  service_config_kill crio gpu_mig)
+# The longest scenarios start first, longest first, so that the others fill the slots beside them (longest processing
+# time first: the order of the last full CI run's times, 2026-11-26 at 5a0dd30, three at a time beside unit, awx and
+# the demo: nvidia_driver builds Debian's real driver with DKMS, 1676 s; nvidia_driver_cuda 1331 s; docker_malformed
+# 1079 s; service_config_kill 890 s; containerd 794 s; kubelet 705 s; nvidia_container_toolkit 674 s; docker 644 s;
+# crio about 330 s; gpu_mig 213 s). service_config_kill ran seventh in the order before and ended the run alone.
+long_first=(nvidia_driver nvidia_driver_cuda docker_malformed service_config_kill containerd kubelet
+  nvidia_container_toolkit docker crio gpu_mig)
 ordered=()
 for s in "${long_first[@]}"; do
   for t in "${scenarios[@]}"; do [ "$t" = "$s" ] && ordered+=("$s"); done
