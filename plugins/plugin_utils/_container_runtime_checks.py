@@ -125,9 +125,9 @@ def problems(
         )
     if nvidia_required(state, require_nvidia_runtime) and not nvidia_runtime_ok:
         found.append(
-            f"{nvidia_runtime_path} does not exist or is not executable on {host}. Install the NVIDIA Container Toolkit "
-            "first (role kubegpu.node.nvidia_container_toolkit), point container_runtime_nvidia_runtime_path at the "
-            "binary, or set container_runtime_require_nvidia_runtime to false."
+            f"{nvidia_runtime_path} does not exist or is not executable on {host}. Install the NVIDIA Container "
+            "Toolkit first (role kubegpu.node.nvidia_container_toolkit), point container_runtime_nvidia_runtime_path "
+            "at the binary, or set container_runtime_require_nvidia_runtime to false."
         )
     return found
 

@@ -159,11 +159,13 @@ NO_NVIDIA = (
 
 
 def test_each_refusal_has_its_message_and_they_come_in_order():
-    said = rc.problems(HOST, "present", ["docker", "containerd", "cri-o", "docker"], ["containerd"], True, NVIDIA, False)
-    assert said == [NOT_INSTALLED, NO_NVIDIA]
+    # Each runtime missing named once, in the order given.
+    asked = ["docker", "containerd", "cri-o", "docker"]
+    assert rc.problems(HOST, "present", asked, ["containerd"], True, NVIDIA, False) == [NOT_INSTALLED, NO_NVIDIA]
     assert rc.problems(HOST, "present", [], [], True, NVIDIA, False) == [NO_RUNTIME, NO_NVIDIA]
     none_installed = rc.problems(HOST, "present", ["docker"], [], False, NVIDIA, None)
-    assert none_installed == [NOT_INSTALLED.replace("docker, cri-o", "docker").replace("(installed: containerd)", "(installed: none)")]
+    expected = NOT_INSTALLED.replace("docker, cri-o", "docker").replace("(installed: containerd)", "(installed: none)")
+    assert none_installed == [expected]
 
 
 @pytest.mark.parametrize(
