@@ -19,8 +19,11 @@ import re
 
 import yaml
 
-DISCOVERY = "Find the installed container runtimes"
-CHECKS = "Check that the runtimes asked for are installed"
+CHECKS = "Find the installed container runtimes, decide which to configure, and check them and nvidia-container-runtime"
+# The node layer's first task: a run of the role that did not take the preflight's findings over runs it first.
+NODE_LAYER = "Check the node's Python, read its facts and find its system's variables (once a run)"
+# A task after each run of the role: whether that run's checks searched the node for the runtimes.
+SEARCHED = "searched={}"
 
 
 def _playbook(ansible, plays: list[dict]) -> str:
@@ -33,13 +36,12 @@ def _play(name: str, tasks_from: str | None = None, runs: int = 1, **variables) 
     role = {"name": "kubegpu.node.container_runtime"}
     if tasks_from:
         role["tasks_from"] = tasks_from
-    return {
-        "name": name,
-        "hosts": "gpu_nodes",
-        "gather_facts": False,
-        "vars": variables,
-        "tasks": [{"name": f"{name} {n + 1}", "ansible.builtin.include_role": role} for n in range(runs)],
-    }
+    tasks: list[dict] = []
+    for n in range(runs):
+        tasks.append({"name": f"{name} {n + 1}", "ansible.builtin.include_role": role})
+        searched = "{{ __container_runtime_found.searched }}"
+        tasks.append({"name": f"{name} {n + 1} {SEARCHED.format(searched)}", "ansible.builtin.debug": {"msg": "x"}})
+    return {"name": name, "hosts": "gpu_nodes", "gather_facts": False, "vars": variables, "tasks": tasks}
 
 
 def _run(ansible, plays: list[dict], binaries: dict[str, str], bin_dir=None):
@@ -66,10 +68,23 @@ def _tasks_per_play(output: str) -> dict[str, list[str]]:
     return plays
 
 
+def _searches(tasks: list[str]) -> list[bool]:
+    """Whether each run of the role in a play searched the node for the runtimes, in order."""
+    return [task.endswith(SEARCHED.format(True)) for task in tasks if " searched=" in task]
+
+
 def _host_tasks(output: str, play: str) -> int:
-    """How many host-task results node-a had in one play (ok, changed, skipping, failed)."""
+    """How many host-task results node-a had in one play (ok, changed, skipping, failed), the role's tasks only (not
+    this test's note of whether a run searched; an include's "included:" line is no result either)."""
     section = output.split(f"PLAY [{play}]", 1)[1].split("PLAY ", 1)[0]
-    return len(re.findall(r"^(?:ok|changed|skipping|fatal): \[node-a\]", section, flags=re.MULTILINE))
+    count, own = 0, True
+    for line in section.splitlines():
+        task = re.match(r"TASK \[(.*)\] \*+", line)
+        if task:
+            own = " searched=" not in task.group(1)
+        elif own and re.match(r"(?:ok|changed|skipping|fatal): \[node-a\]", line):
+            count += 1
+    return count
 
 
 NO_RUNTIME = {
@@ -89,19 +104,21 @@ def test_batch_run_takes_over_the_preflight_once(ansible):
     assert run.returncode == 0, run.output
     assert run.unchanged(["node-a"]) == []
     tasks = _tasks_per_play(run.output)
-    assert tasks["preflight"].count(DISCOVERY) == 1, tasks
-    # Once, by the second run: the first took the hand-over, and spent it.
-    assert tasks["batch"].count(DISCOVERY) == 1, tasks
-    first, second = tasks["batch"].index(DISCOVERY), len(tasks["batch"]) - 1 - tasks["batch"][::-1].index(DISCOVERY)
-    assert first == second and tasks["batch"].index("batch 2") < first, tasks
+    assert _searches(tasks["preflight"]) == [True], tasks
+    # The second run searches: the first took the hand-over, and spent it.
+    assert _searches(tasks["batch"]) == [False, True], tasks
+    # Only the second includes the node layer, which the preflight ran for the first.
+    assert tasks["batch"].count(NODE_LAYER) == 1 and tasks["batch"].index("batch 2") < tasks["batch"].index(NODE_LAYER)
     # Both runs repeat the checks.
-    assert len([t for t in tasks["batch"] if t.startswith(CHECKS)]) == 2, tasks
+    assert tasks["batch"].count(CHECKS) == 2, tasks
 
 
 def test_role_alone_searches_every_time(ansible):
     run = _run(ansible, [_play("alone", runs=2, container_runtime_state="absent")], NO_RUNTIME)
     assert run.returncode == 0, run.output
-    assert _tasks_per_play(run.output)["alone"].count(DISCOVERY) == 2, run.output
+    tasks = _tasks_per_play(run.output)["alone"]
+    assert _searches(tasks) == [True, True], run.output
+    assert tasks.count(NODE_LAYER) == 2, run.output
 
 
 def test_batch_run_after_the_preflight_pays_fewer_host_tasks(ansible):
@@ -113,9 +130,11 @@ def test_batch_run_after_the_preflight_pays_fewer_host_tasks(ansible):
     run = _run(ansible, plays, NO_RUNTIME)
     assert run.returncode == 0, run.output
     batch, alone = _host_tasks(run.output, "batch"), _host_tasks(run.output, "alone")
-    # The batch run: argument specs, the include, stat (skipped on absent), the checks, the list; nothing to configure.
-    assert batch == 5, run.output
-    assert alone > batch + 4, run.output
+    # The batch run: argument specs, the checks, the list, the runtimes' include (skipped: nothing to configure); before
+    # the checks were one action, the stat (skipped on absent) and the assert took the checks' place (5). Alone: the
+    # node layer's three tasks more (the node's Python, facts and OS variables; the renamed variables).
+    assert batch == 4, run.output
+    assert alone == batch + 3, run.output
 
 
 def test_hand_over_made_from_other_inputs_is_not_used(ansible):
@@ -126,7 +145,7 @@ def test_hand_over_made_from_other_inputs_is_not_used(ansible):
     ]
     run = _run(ansible, plays, NO_RUNTIME)
     assert run.returncode != 0, run.output
-    assert _tasks_per_play(run.output)["batch"].count(DISCOVERY) == 1, run.output
+    assert _tasks_per_play(run.output)["batch"].count(NODE_LAYER) == 1, run.output
     assert "container_runtime_engines names docker, which is not installed on node-a (installed: none)" in run.output
 
 
@@ -148,7 +167,7 @@ def test_batch_run_checks_nvidia_container_runtime_again(ansible, tmp_path):
     run = _run(ansible, plays, binaries, bin_dir=bin_dir)
     assert run.returncode != 0, run.output
     tasks = _tasks_per_play(run.output)
-    assert tasks["batch"].count(DISCOVERY) == 0, tasks
+    assert tasks["batch"].count(NODE_LAYER) == 0 and tasks["batch"].count(CHECKS) == 1, tasks
     assert f"{missing} does not exist or is not executable on node-a" in run.output
     assert "Install the NVIDIA Container Toolkit first" in run.output
     assert "Work out containerd's configuration" not in run.output
