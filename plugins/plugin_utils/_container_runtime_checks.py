@@ -33,8 +33,11 @@ exit 0
 """
 
 # Docker CE's containerd.io ships with its CRI plugin disabled (containerd 1.x names it "cri", 2.x
-# "io.containerd.grpc.v1.cri"): there containerd only serves Docker, and no kubelet talks to it.
-_CRI_DISABLED = re.compile(r'"(io\.containerd\.grpc\.v1\.)?cri"')
+# "io.containerd.grpc.v1.cri"): there containerd only serves Docker, and no kubelet talks to it. `config dump` quotes
+# strings with double quotes in 1.x and with single quotes in 2.x (go-toml v2 writes literal strings: `interval =
+# '10s'`, `[plugins.'io.containerd.internal.v1.restart']` in the migration test output of containerd/containerd#10907),
+# so either quote counts, the same on both sides.
+_CRI_DISABLED = re.compile(r"""(["'])(io\.containerd\.grpc\.v1\.)?cri\1""")
 
 
 class NodeAnswerError(ValueError):

@@ -129,6 +129,11 @@ def test_an_answer_that_is_not_the_script_s_is_an_error(said):
         (["disabled_plugins = []"], False),
         (['disabled_plugins = ["io.containerd.snapshotter.v1.aufs"]'], False),
         (['disabled_plugins = ["cri-something"]'], False),
+        # containerd 2.x's config dump writes TOML strings in single quotes (go-toml v2)
+        (["disabled_plugins = ['io.containerd.grpc.v1.cri']"], True),
+        (["disabled_plugins = ['io.containerd.internal.v1.restart', 'io.containerd.grpc.v1.cri']"], True),
+        (["disabled_plugins = ['io.containerd.snapshotter.v1.aufs']"], False),
+        (["disabled_plugins = ['cri\"]"], False),
         ([], False),
     ],
 )
