@@ -47,6 +47,8 @@ SCHEMA = 1
 # Verdicts from best to worst; a node's verdict is the worst of its GPUs' and its own findings'. "unknown": the GPUs
 # could not be read (no driver loaded, nvidia-smi missing): nothing to judge, which is not the same as healthy.
 VERDICTS = ("healthy", "unknown", "degraded", "failed")
+# The verdicts of GPUs that are not healthy (a node with one is marked, reported and named in the capacity wait).
+UNHEALTHY = ("degraded", "failed")
 # Actions from the least to the most disruptive; a verdict's action is the strongest of its findings'.
 #   application: the GPU is fine, an application failed (restart it); watch: keep serving, watch for more;
 #   reset: drain the GPU's work, then reset the GPU (nvidia-smi -r) or reboot; reboot: drain, then reboot the node;
@@ -701,7 +703,7 @@ def verdict(read: NodeRead, ignore_xids: list[int] | None = None) -> dict[str, A
     # Failures first, then what is degraded; in GPU order within each.
     reasons = [line for _severity, line in sorted(counted, key=lambda c: -_rank(SEVERITIES, c[0]))]
     notes = [f.text for f in node_findings if f.severity == "info"]
-    bad = [g for g in gpus if g["verdict"] in ("degraded", "failed")]
+    bad = [g for g in gpus if g["verdict"] in UNHEALTHY]
     return {
         "schema": SCHEMA,
         "verdict": state,
@@ -741,7 +743,7 @@ def _xid_summary(xids: list[XidEvent]) -> list[dict[str, Any]]:
 
 def brief(state: str, action: str, bad: list[dict[str, Any]]) -> str:
     """A few words for a table cell: "healthy", "failed (reset): GPU 2", "unknown"."""
-    if state not in ("degraded", "failed"):
+    if state not in UNHEALTHY:
         return state
     names = [f"GPU {g['index']}" if g["index"] is not None else f"GPU {g['bus_id']}" for g in bad]
     return f"{state} ({action})" + (": " + ", ".join(names) if names else "")
@@ -754,7 +756,7 @@ def summary(state: str, action: str, gpus: list[dict[str, Any]], reasons: list[s
     total = len(gpus)
     if state == "healthy":
         return f"healthy: {total} GPU(s)"
-    bad = [g for g in gpus if g["verdict"] in ("degraded", "failed")]
+    bad = [g for g in gpus if g["verdict"] in UNHEALTHY]
     head = f"{state} ({action}): {len(bad)} of {total} GPU(s)" if bad else f"{state} ({action})"
     return head + ": " + "; ".join(reasons[:3]) + (f"; {len(reasons) - 3} more" if len(reasons) > 3 else "")
 
@@ -776,7 +778,7 @@ def judge_and_compare(stdout: str, ignore_xids: list[int] | None = None) -> tupl
 
 
 # gpu_health_fail_on (the action's fail_on): the verdicts each setting fails the role for. "unknown" never fails it.
-FAIL_ON = {"none": (), "degraded": ("degraded", "failed"), "failed": ("failed",)}
+FAIL_ON = {"none": (), "degraded": UNHEALTHY, "failed": ("failed",)}
 
 
 def fails(health: dict[str, Any], fail_on: str) -> bool:

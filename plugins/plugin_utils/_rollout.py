@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.kubegpu.node.plugins.module_utils._node_cordon import ANNOTATION, record_of, undo_commands
+from ansible_collections.kubegpu.node.plugins.plugin_utils._gpu_health import UNHEALTHY
 
 # The batch play's steps, in order, as site.yml notes them in __kubegpu_batch_step.
 BATCH_STEPS = ("the role chain", "the drain window", "GPU labels")
@@ -110,9 +111,6 @@ def entry_point_options(sources: Any) -> dict[str, Any]:
     return options
 
 
-UNHEALTHY_VERDICTS = ("degraded", "failed")
-
-
 def known_unhealthy(hosts: Any) -> dict[str, str]:
     """{node: summary} of each host whose GPU health verdict in this run is degraded or failed.
 
@@ -127,7 +125,7 @@ def known_unhealthy(hosts: Any) -> dict[str, str]:
         if not isinstance(host, Mapping):
             raise ValueError("known_unhealthy expects the hosts' variables (map('extract', hostvars))")
         result = host.get("gpu_health_result")
-        if isinstance(result, Mapping) and result.get("verdict") in UNHEALTHY_VERDICTS:
+        if isinstance(result, Mapping) and result.get("verdict") in UNHEALTHY:
             node = host.get("__kubegpu_this_node") or host.get("inventory_hostname")
             notes[str(node)] = str(result.get("summary", ""))
     return notes
