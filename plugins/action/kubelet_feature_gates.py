@@ -16,6 +16,7 @@ from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_embed
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates as kg
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_settings as ks
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _systemd_syntax as sd
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
 
 ARGUMENT_SPEC: dict[str, Any] = {
@@ -230,7 +231,7 @@ class ActionModule(NodeAction):
                 if not said:
                     return {"ok": True, "url": url}
             shown = self.command(["systemctl", "show", service, f"--property={','.join(ks.HEALTH_SHOW_PROPERTIES)}"])
-            state = ks.unit_state(shown["stdout"])
+            state = sd.show_properties(shown["stdout"])
             if not url:
                 if state.get("ActiveState") == "active":
                     return {"ok": True, "url": None}

@@ -23,6 +23,7 @@ from typing import Any
 
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _systemd_syntax as sd
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
 
 ARGUMENT_SPEC: dict[str, Any] = {
@@ -67,7 +68,7 @@ JOURNAL_LINES = 2000
 # last words of a process that has already exited can reach the journal after `systemctl restart` has returned the
 # failure. A journal that holds no error yet is read again, after `journalctl --sync`, this many times in all, a second
 # apart (on the failure path only: a restart that works never reads the journal).
-JOURNAL_READS = 3
+JOURNAL_READS = 5
 JOURNAL_DELAY = 1.0
 
 
@@ -481,12 +482,16 @@ class ActionModule(NodeAction):
         self, service: str, mark: sc.RestartMark, after: str, args: dict[str, Any]
     ) -> tuple[str | None, str | None]:
         """systemd's result for the unit, and the last error the processes this restart started logged."""
-        shown = self.command(["systemctl", "show", service, "--property=Result", "--value"])
+        # Result, and the main process's PID (kept after it exited): its lines count even where the journal could not
+        # place them in an invocation (a process that exited before journald read its stream).
+        shown = self.command(["systemctl", "show", service, "--property=Result,ExecMainPID"])
+        properties = sd.show_properties(shown["stdout"]) if shown["rc"] == 0 else {}
         argv = ["journalctl", f"--unit={service}", "--output=json", f"--output-fields={sc.JOURNAL_FIELDS}"]
         argv += [f"--lines={JOURNAL_LINES}", "--no-pager"]
         if mark.cursor:
             argv.append(f"--after-cursor={mark.cursor}")
-        result = shown["stdout"].strip() or None if shown["rc"] == 0 else None
+        result = properties.get("Result") or None
+        main_pid = properties.get("ExecMainPID") or None
         error = None
         for attempt in range(JOURNAL_READS):
             if attempt:
@@ -496,7 +501,13 @@ class ActionModule(NodeAction):
             if journal["rc"] != 0:
                 return result, None
             error = sc.new_process_error(
-                journal["stdout"], service, mark, after, reloaded=args["reload"], pattern=args["error_pattern"]
+                journal["stdout"],
+                service,
+                mark,
+                after,
+                reloaded=args["reload"],
+                pattern=args["error_pattern"],
+                main_pid=main_pid,
             )
             if error:
                 break

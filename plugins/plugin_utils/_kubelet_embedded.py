@@ -30,6 +30,7 @@ import yaml
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_config as kc
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates as kg
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_settings as ks
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _systemd_syntax as sd
 
 KEY = "kubelet-arg"
 APPEND = KEY + "+"
@@ -368,7 +369,7 @@ def _plan(
 def unit_in_use(show: str) -> bool:
     """`systemctl show UNIT --property=LoadState,UnitFileState,ActiveState`: installed, and enabled or running (a node
     that merely has the package's unit file, disabled and stopped, is not a k3s/rke2 node)."""
-    props = ks.unit_state(show)
+    props = sd.show_properties(show)
     return props.get("LoadState") == "loaded" and (
         props.get("UnitFileState", "").startswith("enabled")
         or props.get("ActiveState") in ("active", "activating", "reloading")
@@ -380,7 +381,7 @@ def units_in_use(show: str) -> list[str]:
     between them): the units that are in use, in the order shown."""
     found: list[str] = []
     for block in show.split("\n\n"):
-        props = ks.unit_state(block)
+        props = sd.show_properties(block)
         if props.get("Id") and unit_in_use(block):
             found.append(props["Id"])
     return found

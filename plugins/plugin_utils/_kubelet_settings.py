@@ -736,11 +736,6 @@ def provisioner_message(name: str, setting: str, planned: Plan) -> str:
 HEALTH_SHOW_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainPID")
 
 
-def unit_state(show: str) -> dict[str, str]:
-    """`systemctl show UNIT --property=...` as a mapping."""
-    return dict(line.partition("=")[::2] for line in show.splitlines() if "=" in line)
-
-
 def is_down(state: dict[str, str]) -> bool:
     """Whether systemd says the service is not running now (failed, stopped, or waiting to be restarted after it
     exited); a unit that is starting or running may still come to answer."""

@@ -16,20 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _systemd_syntax as sd
+
 ENGINES = ("docker", "containerd", "cri-o")
 # systemd kills only the main process on a restart with these KillMode values; the container shims (containerd-shim,
 # conmon) that keep containers running are left alone.
 SPARING_KILL_MODES = ("process", "none")
-
-
-def parse_probe(text: str) -> dict[str, str]:
-    """KEY=VALUE lines (systemctl show, and the role's own additions) as a dict; other lines are ignored."""
-    facts: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip():
-            facts[key.strip()] = value.strip()
-    return facts
 
 
 def _count(facts: dict[str, str], key: str) -> int | None:
@@ -43,7 +35,7 @@ def restart_safety(probe: str, engine: str) -> dict[str, Any]:
         raise ValueError(f"restart_safety: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if not isinstance(probe, str):
         raise ValueError(f"restart_safety expects the probe's text, not {type(probe).__name__}")
-    facts = parse_probe(probe)
+    facts = sd.show_properties(probe)  # systemctl show's lines and the probe's own
     if facts.get("ActiveState") not in ("active", "reloading", "activating"):
         return {"safe": True, "reason": ""}
     if engine == "docker":

@@ -402,11 +402,15 @@ def started_invocations(entries: list[dict[str, Any]], before: str, after: str) 
     return started
 
 
-def lines_of(entries: list[dict[str, Any]], unit: str, invocations: set[str] | None) -> list[str]:
+def lines_of(
+    entries: list[dict[str, Any]], unit: str, invocations: set[str] | None, main_pid: str | None = None
+) -> list[str]:
     """What the unit's own processes logged (not systemd about it), of the given invocations (None: of any).
 
     An entry the journal could not attribute to an invocation (a process that exited before journald looked it up)
-    counts when another entry of the same process is attributed."""
+    counts when another entry of the same process is attributed, or when it is `main_pid`'s (the main process systemd
+    started last, `systemctl show --property=ExecMainPID`, which is one of the invocations asked for): a process that
+    writes one line and exits leaves no attributed entry beside it."""
     own = [entry for entry in entries if entry.get("_SYSTEMD_UNIT") == unit and str(entry.get("_PID")) != "1"]
     invocation_of_pid = {
         str(entry.get("_PID")): entry["_SYSTEMD_INVOCATION_ID"]
@@ -415,21 +419,28 @@ def lines_of(entries: list[dict[str, Any]], unit: str, invocations: set[str] | N
     }
     lines = []
     for entry in own:
-        invocation = entry.get("_SYSTEMD_INVOCATION_ID") or invocation_of_pid.get(str(entry.get("_PID")))
-        if invocations is None or invocation in invocations:
+        pid = str(entry.get("_PID"))
+        invocation = entry.get("_SYSTEMD_INVOCATION_ID") or invocation_of_pid.get(pid)
+        if invocations is None or invocation in invocations or (invocation is None and main_pid and pid == main_pid):
             lines.append(_message(entry))
     return lines
 
 
 def new_process_error(
-    journal_json: str, unit: str, mark: RestartMark, after: str, reloaded: bool, pattern: str = DEFAULT_ERROR_PATTERN
+    journal_json: str,
+    unit: str,
+    mark: RestartMark,
+    after: str,
+    reloaded: bool,
+    pattern: str = DEFAULT_ERROR_PATTERN,
+    main_pid: str | None = None,
 ) -> str | None:
     """The last line reading like an error that the unit logged after its restart (or reload), from the output of
     `journalctl --unit=UNIT --after-cursor=MARK --output=json`.
 
     After a restart, only lines of the processes that restart started count: a crash loop of the previous process,
     or the previous process's words while it stopped, are not the new configuration's error. After a reload the
-    process stays the same: its lines after the mark count."""
+    process stays the same: its lines after the mark count. `main_pid`: see lines_of."""
     entries = journal_entries(journal_json)
     if reloaded:
         invocations = {after} if after else None
@@ -437,7 +448,7 @@ def new_process_error(
         invocations = started_invocations(entries, mark.invocation, after)
         if not invocations:
             return None
-    return daemon_error("\n".join(lines_of(entries, unit, invocations)), pattern)
+    return daemon_error("\n".join(lines_of(entries, unit, invocations, main_pid)), pattern)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -683,3 +683,13 @@ def read_service(files: list[tuple[str, str]], unit: str) -> Service:
                 else:
                     environment.extend(environment_words(setting, path, specifiers))
     return Service(command=commands[-1] if commands else None, environment=environment, exec_count=len(commands))
+
+
+def show_properties(text: str) -> dict[str, str]:
+    """`systemctl show UNIT --property=...` output (KEY=VALUE lines) as a mapping; other lines are ignored."""
+    properties: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip():
+            properties[key.strip()] = value.strip()
+    return properties

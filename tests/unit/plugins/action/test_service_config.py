@@ -147,8 +147,8 @@ class FakeNode:
             return self.ok(f"{self.boot_id}\n{self.clock / 1_000_000:.6f} 1.0\n{self.started_us}\n")
         if argv[:3] == ["systemctl", "show", UNIT] and argv[3] == "--property=InvocationID":
             return self.ok(f"inv-{self.invocation}\n")
-        if argv[:3] == ["systemctl", "show", UNIT] and argv[3] == "--property=Result":
-            return self.ok("success\n" if self.active else "exit-code\n")
+        if argv == ["systemctl", "show", UNIT, "--property=Result,ExecMainPID"]:
+            return self.ok(f"Result={'success' if self.active else 'exit-code'}\nExecMainPID={100 + self.invocation}\n")
         if argv == ["demo-answers"]:
             return self.ok(json.dumps(self.loaded)) if self.active else {"rc": 1, "stdout": "", "stderr": "refused"}
         if argv == ["journalctl", "--sync"]:
@@ -345,6 +345,24 @@ def test_the_daemons_error_is_quoted_when_journald_writes_it_after_the_restart_r
         run(node, REFUSED)
     assert "running with them again" in str(failure.value)
     assert node.syncs == 1 and node.reads == 2
+    assert_runs(node, ABSENT)
+
+
+class UnplacedJournalNode(FakeNode):
+    """journald reads the daemon's one line after the process and its cgroup are gone: the entry names the unit (from
+    the stream) but no invocation (seen with the CRI-O stand-in on Debian 13 in CI, 2026-11-28)."""
+
+    def log(self, message: str, pid: str | None = None, **fields: str) -> None:
+        super().log(message, pid, **fields)
+        if pid != "1" and message.startswith("level=fatal"):
+            del self.journal[-1]["_SYSTEMD_INVOCATION_ID"]
+
+
+def test_the_daemons_error_is_quoted_when_the_journal_did_not_place_it_in_an_invocation():
+    node = UnplacedJournalNode(ORIGINAL)
+    with pytest.raises(NodeError, match="the configuration says refuse") as failure:
+        run(node, REFUSED)
+    assert "running with them again" in str(failure.value)
     assert_runs(node, ABSENT)
 
 

@@ -425,6 +425,28 @@ def test_a_line_the_journal_did_not_attribute_counts_by_its_process():
     assert sc.new_process_error(text, "x.service", sc.RestartMark("c", "old"), "new", reloaded=False) == "error: again"
 
 
+def test_the_one_line_of_a_main_process_that_exited_before_journald_placed_it_counts_by_its_pid():
+    # Seen on Debian 13 under load (CI, 2026-11-28): CRI-O's stand-in logged one fatal line and exited; journald read
+    # the stream after the process's cgroup was gone, so the entry has the unit (from the stream) but no invocation.
+    entries = [
+        {"_PID": "1", "INVOCATION_ID": "old", "MESSAGE": "Stopping x.service..."},
+        {"_PID": "10", "_SYSTEMD_UNIT": "x.service", "MESSAGE": "level=fatal msg=old"},  # the old process, unplaced
+        {"_PID": "1", "INVOCATION_ID": "new", "MESSAGE": "Starting x.service..."},
+        {"_PID": "20", "_SYSTEMD_UNIT": "x.service", "MESSAGE": 'level=fatal msg="runtime nvidia: not executable"'},
+        {"_PID": "1", "INVOCATION_ID": "new", "MESSAGE": "x.service: Main process exited, code=exited"},
+    ]
+    text = "\n".join(json.dumps(entry) for entry in entries)
+    mark = sc.RestartMark("c", "old")
+    # Without the main PID the line cannot be placed and nothing is quoted (what the role said on that run).
+    assert sc.new_process_error(text, "x.service", mark, "new", reloaded=False) is None
+    quoted = sc.new_process_error(text, "x.service", mark, "new", reloaded=False, main_pid="20")
+    assert quoted == 'level=fatal msg="runtime nvidia: not executable"'
+    # The old process's unplaced line is not the new main process's.
+    assert sc.new_process_error(text, "x.service", mark, "new", reloaded=False, main_pid="20", pattern="old") is None
+    # A restart that started nothing (start limit) quotes nothing, whatever the main PID.
+    assert sc.new_process_error(text, "x.service", mark, "old", reloaded=False, main_pid="10") is None
+
+
 @pytest.mark.parametrize(
     ("output", "mark"),
     [
