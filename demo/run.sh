@@ -103,6 +103,11 @@ expect() { # DESCRIPTION ACTUAL EXPECTED
   if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "NOT OK: $1: got '$2', expected '$3'"; failures+=("$1"); fi
 }
 cordon_record() { kubectl get node "$1" -o jsonpath='{.metadata.annotations.kubegpu\.node/cordon}'; }
+# Waits for the simulated cluster, with room for a loaded CI machine (the checks after them say what did not happen).
+until_within() { # SECONDS COMMAND...: run COMMAND every half second until it succeeds or SECONDS have passed
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@"; do [ "$(date +%s)" -lt "$deadline" ] || return 0; sleep 0.5; done
+}
 
 # AWX cancels a job with SIGTERM (then SIGKILL after a grace period). The first converge is cancelled inside node 1's
 # drain window, right after the cordon: the cordon carries its record, and the next run must finish the node. The
@@ -123,7 +128,8 @@ ansible-playbook -i demo/inventory.yml kubegpu.node.site --diff -e "kubegpu_kube
   -e "@$work/chain-vars.json" ${DEMO_VERBOSE:+-vvv} >"$work/cancelled-run.log" 2>&1 &
 run_pid=$!
 record=""
-for _ in $(seq 1200); do # 10 minutes at most
+deadline=$(( $(date +%s) + 1200 )) # 20 minutes at most (about 2 on an idle 2-core machine)
+while [ "$(date +%s)" -lt "$deadline" ]; do
   if [ "$(sim_call held | python -c 'import json,sys; print(json.load(sys.stdin)["result"])')" -gt 0 ]; then
     record=$(cordon_record "${nodes[0]}")
     break
@@ -241,7 +247,8 @@ spec:
   containers:
     - {name: job, image: registry.example/training:1, resources: {limits: {nvidia.com/gpu: "1"}}}
 POD
-for _ in $(seq 20); do [ -n "$(kubectl get pod gpu-job -o jsonpath='{.spec.nodeName}')" ] && break; sleep 0.5; done
+gpu_job_placed() { [ -n "$(kubectl get pod gpu-job -o jsonpath='{.spec.nodeName}')" ]; }
+until_within 120 gpu_job_placed
 expect "a new GPU workload lands on node 1" "$(kubectl get pod gpu-job -o jsonpath='{.spec.nodeName}')" "${nodes[0]}"
 # Gone before the no-op re-run, whose validation still asks for all of a node's GPUs.
 kubectl delete pod gpu-job --wait=false >/dev/null
@@ -262,8 +269,10 @@ workload() { kubectl get pod inference-0 -o jsonpath='{.metadata.uid} {.status.p
 
 echo "== A GPU workload takes all four GPUs of node 2"
 kubectl apply -f demo/busy/
-for _ in $(seq 50); do [ "$(workload | cut -d' ' -f2)" = Running ] && break; sleep 0.2; done
+workload_running() { [ "$(workload | cut -d' ' -f2)" = Running ]; }
+until_within 120 workload_running
 workload_before=$(workload)
+expect "the workload on node 2 runs" "$(workload | cut -d' ' -f2)" Running
 kubectl get pods -o wide
 
 echo "== Running it again while node 2 is busy: nothing should change, nothing is drained, no pod is started"

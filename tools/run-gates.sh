@@ -15,11 +15,11 @@ mkdir -p "$logs"
 declare -A result
 order=()
 
-gate() { # NAME COMMAND...: run in the foreground, output through
+gate() { # NAME COMMAND...: run in the foreground, output through (and into $logs/NAME.log, for the summary)
   local name=$1 start rc; shift
   order+=("$name")
   start=$(date +%s)
-  "$@"; rc=$?
+  "$@" 2>&1 | tee "$logs/$name.log"; rc=${PIPESTATUS[0]}
   result[$name]="$rc $(( $(date +%s) - start ))"
   echo "== $name: $(( $(date +%s) - start ))s (exit $rc)"
 }
@@ -61,5 +61,11 @@ sed -n 's/^molecule scenario \([^:]*\): FAILED.*/\1/p' "$logs/molecule.log" 2>/d
   grep -E '^(TASK \[|fatal: |failed: |CRITICAL|\* \[)' "$root/.tmp/molecule/$s.log" |
     grep -E -B1 '^(fatal: |failed: |CRITICAL|\* \[)' | grep -v '^--$' |
     cut -c1-800 | tail -n 24
+done
+# A failed foreground gate's last lines (its reason is otherwise far up in the output).
+for name in "${failed[@]}"; do
+  [ "$name" != molecule ] && [ -f "$logs/$name.log" ] || continue
+  echo "== why $name failed (the end of $logs/$name.log)"
+  tail -n 30 "$logs/$name.log" | cut -c1-800
 done
 [ ${#failed[@]} -eq 0 ] || { echo "== failed: ${failed[*]}"; exit 1; }
