@@ -64,7 +64,7 @@ sed -n 's/^molecule scenario \([^:]*\): FAILED.*/\1/p' "$logs/molecule.log" 2>/d
 done
 # A failed foreground gate's last lines (its reason is otherwise far up in the output).
 for name in "${failed[@]}"; do
-  [ "$name" != molecule ] && [ -f "$logs/$name.log" ] || continue
+  if [ "$name" = molecule ] || [ ! -f "$logs/$name.log" ]; then continue; fi
   echo "== why $name failed (the end of $logs/$name.log)"
   tail -n 30 "$logs/$name.log" | cut -c1-800
 done
