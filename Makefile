@@ -67,7 +67,7 @@ sanity: venv ## ansible-test sanity from a temporary ansible_collections/kubegpu
 	@$(ROOT)/tools/sanity.sh
 
 unit: venv link kubectl ## pytest: unit tests, module tests against the simulated API server, kubectl fidelity
-	pytest $(ROOT)/tests -q
+	pytest $(ROOT)/tests -q --durations=25
 
 molecule: venv link images ## Every molecule scenario (check, converge, idempotence, verify) on podman
 	@$(ROOT)/tools/run-molecule.sh $(MOLECULE_SCENARIOS)
