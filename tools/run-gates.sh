@@ -27,6 +27,10 @@ gate() { # NAME COMMAND...: run in the foreground, output through (and into $log
 # Molecule in the background; its output goes to a log that is printed whole at the end (its own summary included).
 order+=(molecule)
 molecule_start=$(date +%s)
+# How busy the machine's CPUs were over the whole run (from /proc/stat: idle and iowait against all), printed with the
+# gates' times: near 100% says the run is bound by CPU (less work shortens it, more parallelism does not).
+cpu_sample() { awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit}' /proc/stat; }
+read -r idle_start total_start < <(cpu_sample)
 make --no-print-directory molecule >"$logs/molecule.log" 2>&1 &
 molecule_pid=$!
 echo "== molecule: started in the background (log: $logs/molecule.log)"
@@ -47,6 +51,8 @@ echo "== molecule: $(( $(date +%s) - molecule_start ))s (exit $rc)"
 
 failed=()
 echo "== gates"
+read -r idle_end total_end < <(cpu_sample)
+echo "CPU busy over the run: $(( 100 - 100 * (idle_end - idle_start) / (total_end - total_start + 1) ))% of $(nproc) cores"
 for name in "${order[@]}"; do
   read -r rc seconds <<<"${result[$name]}"
   printf '%-10s %5ss  %s\n' "$name" "$seconds" "$([ "$rc" -eq 0 ] && echo passed || echo "FAILED (exit $rc)")"
