@@ -52,7 +52,7 @@ echo "== molecule: $(( $(date +%s) - molecule_start ))s (exit $rc)"
 failed=()
 echo "== gates"
 read -r idle_end total_end < <(cpu_sample)
-echo "CPU busy over the run: $(( 100 - 100 * (idle_end - idle_start) / (total_end - total_start + 1) ))% of $(nproc) cores"
+echo "CPU busy over the run: $(( 100 - 100 * (idle_end - idle_start) / (total_end - total_start + 1) ))% of $(grep -c "^cpu[0-9]" /proc/stat) CPUs (all of the machine's, as /proc/stat counts them)"
 for name in "${order[@]}"; do
   read -r rc seconds <<<"${result[$name]}"
   printf '%-10s %5ss  %s\n' "$name" "$seconds" "$([ "$rc" -eq 0 ] && echo passed || echo "FAILED (exit $rc)")"
