@@ -127,16 +127,11 @@ start=$(date +%s)
 ansible-playbook -i demo/inventory.yml kubegpu.node.site --diff -e "kubegpu_kubeconfig=$work/kubeconfig" \
   -e "@$work/chain-vars.json" ${DEMO_VERBOSE:+-vvv} >"$work/cancelled-run.log" 2>&1 &
 run_pid=$!
+drain_held() { [ "$(sim_call held | python -c 'import json,sys; print(json.load(sys.stdin)["result"])')" -gt 0 ]; }
+drain_held_or_run_ended() { drain_held || ! kill -0 "$run_pid" 2>/dev/null; }
+until_within 1200 drain_held_or_run_ended # 20 minutes at most (about 2 on an idle 2-core machine)
 record=""
-deadline=$(( $(date +%s) + 1200 )) # 20 minutes at most (about 2 on an idle 2-core machine)
-while [ "$(date +%s)" -lt "$deadline" ]; do
-  if [ "$(sim_call held | python -c 'import json,sys; print(json.load(sys.stdin)["result"])')" -gt 0 ]; then
-    record=$(cordon_record "${nodes[0]}")
-    break
-  fi
-  kill -0 "$run_pid" 2>/dev/null || break
-  sleep 0.5
-done
+if drain_held; then record=$(cordon_record "${nodes[0]}"); fi
 if [ -z "$record" ]; then
   sim_call release >/dev/null
   tail -n 60 "$work/cancelled-run.log"; echo "== The run did not reach node 1's drain with the node cordoned" >&2; exit 1
