@@ -18,11 +18,11 @@ if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
 # The longest scenarios start first, longest first, so that the others fill the slots beside them (longest processing
-# time first: the order of the last full CI run's times, 2026-11-26 at 5a0dd30, three at a time beside unit, awx and
-# the demo: nvidia_driver builds Debian's real driver with DKMS, 1676 s; nvidia_driver_cuda 1331 s; docker_malformed
-# 1079 s; service_config_kill 890 s; containerd 794 s; kubelet 705 s; nvidia_container_toolkit 674 s; docker 644 s;
-# crio about 330 s; gpu_mig 213 s). service_config_kill ran seventh in the order before and ended the run alone.
-long_first=(nvidia_driver nvidia_driver_cuda docker_malformed service_config_kill containerd kubelet
+# time first: the order of the last full molecule run's times, 2026-11-29 at the switch to the ssh connection, three at
+# a time on an otherwise idle 2-core machine: nvidia_driver builds Debian's real driver with DKMS, 1377 s;
+# nvidia_driver_cuda 684 s; kubelet 564 s; containerd 439 s; docker_malformed 394 s; service_config_kill 390 s;
+# nvidia_container_toolkit 318 s; docker 293 s; crio 230 s; gpu_mig 161 s).
+long_first=(nvidia_driver nvidia_driver_cuda kubelet containerd docker_malformed service_config_kill
   nvidia_container_toolkit docker crio gpu_mig)
 ordered=()
 for s in "${long_first[@]}"; do
@@ -40,6 +40,9 @@ run_one() {
   rc=$?
   echo "$rc $(( $(date +%s) - start ))" >"$logs/$s.result"
 }
+
+# The key ansible logs in to every container with (.config/molecule/config.yml, tools/molecule-ssh-proxy.sh).
+"$root/tools/molecule-ssh-proxy.sh" --make-key || exit 1
 
 running=0
 for s in "${scenarios[@]}"; do

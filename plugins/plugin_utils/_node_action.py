@@ -38,6 +38,13 @@ _COMMANDS_HEAD = (
 )
 
 
+# Over SSH a command runs in a terminal (Ansible's ssh connection asks for one, `ssh -tt`, for every command that
+# could become another user). systemd's tools then colour their output when the controller's TERM is a colour
+# terminal, journalctl's JSON included, which the journal parsers then cannot read (seen: a failed restart quoted no
+# error of the daemon when ansible-playbook ran in a terminal), and may start a pager. `env` works under every shell.
+PLAIN_OUTPUT = ["env", "SYSTEMD_COLORS=0", "SYSTEMD_PAGER=cat"]
+
+
 def commands_script(argvs: list[list[str]]) -> str:
     """The POSIX sh script that runs each argv in turn (NodeAction.commands)."""
     lines = [f"run {i} " + " ".join(shlex.quote(part) for part in argv) for i, argv in enumerate(argvs)]
@@ -140,9 +147,9 @@ class NodeAction(ActionBase):
         waiting = getattr(self, "_prefetched", {}).get(tuple(argv))
         if waiting:
             return waiting.pop(0)
-        outcome = self._low_level_execute_command(" ".join(shlex.quote(part) for part in argv))
-        # Over SSH with become, Ansible runs the command in a terminal (ssh -tt), which ends every line "\r\n"; the
-        # parsers get the command's own line ends back.
+        outcome = self._low_level_execute_command(" ".join(shlex.quote(part) for part in PLAIN_OUTPUT + argv))
+        # Over SSH, Ansible runs the command in a terminal (ssh -tt), which ends every line "\r\n"; the parsers get
+        # the command's own line ends back.
         return {
             "rc": outcome.get("rc"),
             "stdout": to_text(outcome.get("stdout", "")).replace("\r\n", "\n"),

@@ -123,6 +123,18 @@ def test_command_gives_the_parsers_the_commands_own_line_ends():
     assert action.command(["true"]) == {"rc": 0, "stdout": "-\n1\n\nA=b\n", "stderr": "x\n"}
 
 
+def test_a_command_in_a_terminal_asks_systemds_tools_for_plain_output(monkeypatch):
+    """Over SSH a command runs in a terminal (ssh -tt). With the controller's TERM a colour terminal, journalctl wrote
+    its JSON with colour codes, the journal parser read no entry, and a failed CRI-O restart quoted none of CRI-O's
+    own reason (molecule crio over SSH, 2026-11-29). The command's environment turns colour and the pager off."""
+    action, sent = shell_action("\r\n")
+    monkeypatch.setenv("SYSTEMD_COLORS", "1")
+    monkeypatch.setenv("SYSTEMD_PAGER", "less")
+    answer = action.command(["sh", "-c", 'echo "colors=$SYSTEMD_COLORS pager=$SYSTEMD_PAGER" "$1"', "-", "a b"])
+    assert answer == {"rc": 0, "stdout": "colors=0 pager=cat a b\n", "stderr": ""}
+    assert len(sent) == 1
+
+
 # ----- several reads in one round trip ------------------------------------------------------------------------------
 
 
