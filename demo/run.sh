@@ -58,17 +58,20 @@ echo "== Installing containerd, kernel headers and the stand-ins (kubelet, nvidi
 demo_prepare "$work" demo/inventory.yml "${nodes[0]}"
 
 # A node's kubelet posts a new boot ID when its machine reboots: this watcher tells the simulated API server when a
-# node's container started again (a stand-in for that kubelet's status). podman streams each start as it happens (no
-# history, no polling: a `podman inspect` of each node every second cost about 47 ms of CPU each, bench/RESULTS.md).
-starts=(--filter event=start)
-for n in "${nodes[@]}"; do starts+=(--filter "container=$n"); done
+# node's container started again (a stand-in for that kubelet's status). One `podman inspect` of every node a second
+# (about 47 ms of CPU each, bench/RESULTS.md). Not `podman events`: with podman's file event log it replays old start
+# events when the log rotates, which would reboot nodes in the simulator that did not reboot.
 (
-  exec < <(exec podman events "${starts[@]}" --format '{{.Name}}')
-  events=$!
-  trap 'kill "$events" 2>/dev/null; exit 0' TERM
-  while read -r n; do
-    curl -sk -X POST -H "Authorization: Bearer test-token" -H 'Content-Type: application/json' \
-      -d "{\"method\": \"reboot_node\", \"args\": [\"$n\", 3.0]}" "$sim_url/kubesim/control" >/dev/null || true
+  declare -A started
+  while read -r n at; do started[$n]=$at; done < <(podman inspect -f '{{.Name}} {{.State.StartedAt}}' "${nodes[@]}")
+  while sleep 1; do
+    while read -r n at; do
+      if [ "$at" != "${started[$n]}" ]; then
+        started[$n]=$at
+        curl -sk -X POST -H "Authorization: Bearer test-token" -H 'Content-Type: application/json' \
+          -d "{\"method\": \"reboot_node\", \"args\": [\"$n\", 3.0]}" "$sim_url/kubesim/control" >/dev/null || true
+      fi
+    done < <(podman inspect -f '{{.Name}} {{.State.StartedAt}}' "${nodes[@]}" 2>/dev/null)
   done
 ) &
 watch_pid=$!

@@ -34,7 +34,7 @@ build() {
   printf 'deb %s %s main\n' "$mirror" "$suite" >"$dir/etc/apt/sources.list"
   # A stable machine-id per container comes from systemd at boot.
   : >"$dir/etc/machine-id"
-  # sshd does not listen in a test container (molecule starts `sshd -i` per connection); the demo enables it.
+  # sshd listens on no port in a test container (molecule starts `sshd -i` per connection); the demo enables it.
   rm -f "$dir/etc/systemd/system/multi-user.target.wants/ssh.service" "$dir/etc/systemd/system/sockets.target.wants/ssh.socket"
   tar -C "$dir" -c . | podman import --change 'CMD ["/sbin/init"]' --change "LABEL kubegpu.recipe=$recipe" - "$image" >>"$log"
   rm -rf "$dir"

@@ -3,11 +3,11 @@
 # speaks SSH with the test container NAME over `podman exec -i NAME sshd -i` (sshd in inetd mode, on stdin and
 # stdout), so ansible reaches the containers with its ssh connection (pipelining, one ControlPersist master per host)
 # instead of molecule's podman connection, which starts several podman processes for every task (bench/RESULTS.md,
-# "2026-11-29": about 1.0 CPU-second per module task against 0.24 over SSH). No network and no listening sshd: the
-# container's sshd (tools/build-images.sh puts Debian's openssh-server in the image, disabled) serves this one
-# connection; PAM is off, so no login session starts; root logs in with the key that this script allows for the
-# connection (.tmp/molecule/ssh/id_ed25519, made once by `--make-key`), written to the container's /run, which a reboot
-# empties (the next connection writes it again).
+# "2026-11-29": about 1.0 CPU-second per module task against 0.24 over SSH). No network: the container's sshd
+# (tools/build-images.sh puts Debian's openssh-server in the image, its units disabled) serves this one connection
+# and listens nowhere; PAM is off, so no login session starts; root logs in with the key that this script allows for
+# the connection (.tmp/molecule/ssh/id_ed25519, made once by `--make-key`), written (whole, by a rename: connections
+# may start at once) to the container's /run, which a reboot empties (the next connection writes it again).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/.tmp/molecule/ssh" key="$root/.tmp/molecule/ssh/id_ed25519"
@@ -35,7 +35,8 @@ if [ ! -f "$key.pub" ]; then
 fi
 # shellcheck disable=SC2016 # $1 is the container shell's, given the public key as its argument.
 exec podman exec -i "$name" /bin/sh -c '
-  umask 077 && mkdir -p /run/kubegpu-molecule && printf "%s\n" "$1" >/run/kubegpu-molecule/authorized_keys &&
+  umask 077 && mkdir -p /run/kubegpu-molecule && printf "%s\n" "$1" >"/run/kubegpu-molecule/keys.$$" &&
+  mv -f "/run/kubegpu-molecule/keys.$$" /run/kubegpu-molecule/authorized_keys &&
   mkdir -p -m 0755 /run/sshd &&
   exec /usr/sbin/sshd -i -o UsePAM=no -o LogLevel=ERROR -o AuthorizedKeysFile=/run/kubegpu-molecule/authorized_keys
 ' sh "$(cat "$key.pub")"

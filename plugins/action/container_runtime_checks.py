@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _container_runtime_checks as rc
-from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "state": {"type": "str", "required": True, "choices": ["present", "absent"]},
@@ -72,7 +72,7 @@ class ActionModule(NodeAction):
     def _read(self, argv: list[str], binaries: dict[str, str]) -> rc.NodeRead:
         said = self.command(self._with_task_environment(argv))
         if said["rc"] != 0:
-            raise NodeError(f"searching for the container runtimes failed (rc {said['rc']}): {said['stderr'].strip()}")
+            raise NodeError(f"searching for the container runtimes failed (rc {said['rc']}): {command_error(said)}")
         try:
             return rc.parse_node(said["stdout"], binaries)
         except rc.NodeAnswerError as exc:

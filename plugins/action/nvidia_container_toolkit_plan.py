@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _apt
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _nvidia_container_toolkit as tk
-from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
@@ -73,7 +73,7 @@ class ActionModule(NodeAction):
         if args["links_only"]:
             said = self.command(tk.links_argv())
             if said["rc"] != 0:
-                raise NodeError(f"reading the device nodes failed (rc {said['rc']}): {said['stderr'].strip()}")
+                raise NodeError(f"reading the device nodes failed (rc {said['rc']}): {command_error(said)}")
             return {"changed": False, "unlinked": tk.parse_read(said["stdout"]).unlinked}
         tk.check_platform(inputs)
         checked = args["checked"]
@@ -85,7 +85,7 @@ class ActionModule(NodeAction):
             tk.read_argv(inputs, full=full, key_url=inputs.repo_key_url if full else "", own_files=own_files)
         )
         if said["rc"] != 0:
-            raise NodeError(f"reading the node failed (rc {said['rc']}): {said['stderr'].strip() or said['stdout']}")
+            raise NodeError(f"reading the node failed (rc {said['rc']}): {command_error(said)}")
         node = tk.parse_read(said["stdout"])
         if inputs.state == "absent":
             return {"changed": False, **tk.plan(inputs, node, None, {}, True)}
@@ -111,7 +111,7 @@ class ActionModule(NodeAction):
                 _apt.source_check_argv(tk.PACKAGES, source=inputs.source_text(_apt.KEYRING_PLACEHOLDER), key=key or "")
             )
             if said["rc"] != 0:
-                raise NodeError(f"checking the repository failed (rc {said['rc']}): {said['stderr'].strip()}")
+                raise NodeError(f"checking the repository failed (rc {said['rc']}): {command_error(said)}")
             tk.check_offer(inputs, _apt.parse_source_check(said["stdout"]))
             probed = True
         if planned["runtime_config"]["problem"]:

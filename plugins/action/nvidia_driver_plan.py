@@ -12,7 +12,7 @@ from typing import Any
 from ansible.utils.display import Display
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _apt
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _nvidia_driver as nd
-from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
 display = Display()
 
@@ -92,7 +92,7 @@ class ActionModule(NodeAction):
     def _read(self, inputs: nd.Inputs, full: bool) -> nd.NodeRead:
         said = self.command(nd.read_argv(inputs.kernels, nd.dpkg_names(inputs), full))
         if said["rc"] != 0:
-            raise NodeError(f"reading the node failed (rc {said['rc']}): {said['stderr'].strip() or said['stdout']}")
+            raise NodeError(f"reading the node failed (rc {said['rc']}): {command_error(said)}")
         return nd.parse_read(said["stdout"])
 
     def _check_source(self, inputs: nd.Inputs, node: nd.NodeRead) -> _apt.SourceCheck:
@@ -105,7 +105,7 @@ class ActionModule(NodeAction):
             )
         )
         if said["rc"] != 0:
-            raise NodeError(f"checking the package source failed (rc {said['rc']}): {said['stderr'].strip()}")
+            raise NodeError(f"checking the package source failed (rc {said['rc']}): {command_error(said)}")
         return _apt.parse_source_check(said["stdout"])
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,12 @@ _COMMANDS_HEAD = (
 PLAIN_OUTPUT = ["env", "SYSTEMD_COLORS=0", "SYSTEMD_PAGER=cat"]
 
 
+def command_error(outcome: dict[str, Any]) -> str:
+    """What a failed command said: its stderr, or its stdout where a terminal gave both as one (Ansible's ssh
+    connection runs a command in a terminal, `ssh -tt`, and the node's stderr then arrives in stdout)."""
+    return (outcome["stderr"].strip() or outcome["stdout"].strip()) if outcome else ""
+
+
 def commands_script(argvs: list[list[str]]) -> str:
     """The POSIX sh script that runs each argv in turn (NodeAction.commands)."""
     lines = [f"run {i} " + " ".join(shlex.quote(part) for part in argv) for i, argv in enumerate(argvs)]
@@ -163,7 +169,7 @@ class NodeAction(ActionBase):
             return []
         outcome = self.command(["sh", "-c", commands_script(argvs), "kubegpu-commands"])
         if outcome["rc"] != 0:
-            raise NodeError(f"running {len(argvs)} reads failed (rc {outcome['rc']}): {outcome['stderr'].strip()}")
+            raise NodeError(f"running {len(argvs)} reads failed (rc {outcome['rc']}): {command_error(outcome)}")
         return parse_commands(outcome["stdout"], len(argvs))
 
     def prefetch(self, argvs: list[list[str]]) -> None:

@@ -19,6 +19,7 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import (
     NodeAction,
     NodeError,
+    command_error,
     commands_script,
     parse_commands,
 )
@@ -184,6 +185,16 @@ def test_an_answer_cut_off_is_an_error_not_fewer_answers():
         parse_commands(cut + "@@kubegpu-command 1 0\n", 2)
     with pytest.raises(NodeError, match="malformed"):
         parse_commands(cut + "@@kubegpu-command 1 0\nnot base64!\n\n", 2)
+
+
+def test_a_failure_quotes_what_the_node_said_where_a_terminal_merged_stderr_into_stdout():
+    """Under `ssh -tt` the node's stderr arrives in stdout and stderr is empty: a failure quoted nothing."""
+    action, _sent = shell_action("\r\n")
+    action._low_level_execute_command = lambda cmd: {"rc": 2, "stdout": "sh: 1: base64: not found\r\n", "stderr": ""}
+    with pytest.raises(NodeError, match=r"reads failed \(rc 2\): sh: 1: base64: not found$"):
+        action.commands([["true"]])
+    assert command_error({"rc": 1, "stdout": "out\n", "stderr": " err \n"}) == "err"
+    assert command_error({"rc": 1, "stdout": " out \n", "stderr": ""}) == "out"
 
 
 def test_prefetched_answers_are_used_once_then_the_node_is_asked_again():
