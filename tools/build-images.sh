@@ -16,7 +16,7 @@ mkdir -p "$work"
 
 packages=python3,python3-apt,systemd,systemd-sysv,sudo,gnupg,ca-certificates,iproute2,procps,openssh-server
 # Change the revision when a step below changes what an image holds (the package list counts by itself).
-recipe=$(printf 'packages=%s revision=2' "$packages" | sha256sum | cut -c1-16)
+recipe=$(printf 'packages=%s revision=3' "$packages" | sha256sum | cut -c1-16)
 
 build() {
   local suite=$1 image="kubegpu-node-test:$1" dir="$work/rootfs-$1" log="$work/$1.log" start built
@@ -35,7 +35,12 @@ build() {
   # A stable machine-id per container comes from systemd at boot.
   : >"$dir/etc/machine-id"
   # sshd listens on no port in a test container (molecule starts `sshd -i` per connection); the demo enables it.
-  rm -f "$dir/etc/systemd/system/multi-user.target.wants/ssh.service" "$dir/etc/systemd/system/sockets.target.wants/ssh.socket"
+  # Every link its [Install] made goes, the Alias sshd.service too: with that one left, `systemctl is-enabled ssh`
+  # says enabled and the demo's enable does nothing (sshd did not start after a reboot). On Debian 13, systemd's
+  # ssh generator would also bind sshd to an AF_UNIX socket of the container's own: masked.
+  find "$dir/etc/systemd/system" \( -lname '*/ssh.service' -o -lname '*/ssh.socket' \) -delete
+  mkdir -p "$dir/etc/systemd/system-generators"
+  ln -sf /dev/null "$dir/etc/systemd/system-generators/systemd-ssh-generator"
   tar -C "$dir" -c . | podman import --change 'CMD ["/sbin/init"]' --change "LABEL kubegpu.recipe=$recipe" - "$image" >>"$log"
   rm -rf "$dir"
   echo "image $image: built in $(( $(date +%s) - start ))s"
