@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _mig as mig
-from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "layout": {"type": "str", "required": True},
@@ -50,7 +50,7 @@ class ActionModule(NodeAction):
     def _read(self, nvidia_smi: str) -> dict[str, Any]:
         outcome = self.command(["sh", "-c", READ_SCRIPT, "kubegpu-mig-read", nvidia_smi])
         if outcome["rc"] != 0:
-            raise NodeError(f"reading the MIG state failed: {outcome['stderr'] or outcome['stdout']}")
+            raise NodeError(f"reading the MIG state failed: {command_error(outcome)}")
         return mig.read_state(outcome["stdout"])
 
     def _run_one(self, argv: list[str], nvidia_smi: str) -> tuple[int, str]:

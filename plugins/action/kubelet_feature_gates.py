@@ -17,7 +17,7 @@ from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_settings as ks
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _systemd_syntax as sd
-from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "device_plugins": {"type": "bool", "default": True},
@@ -89,8 +89,7 @@ class ActionModule(NodeAction):
         lines = outcome["stdout"].splitlines()
         if outcome["rc"] != 0 or len(lines) < len(requests):
             raise NodeError(
-                f"reading {', '.join(r[2:] for r in requests)} failed (rc {outcome['rc']}): "
-                f"{(outcome['stderr'] or outcome['stdout']).strip()}"
+                f"reading {', '.join(r[2:] for r in requests)} failed (rc {outcome['rc']}): {command_error(outcome)}"
             )
         found: list[bytes | None] = []
         for request, line in zip(requests, lines):
@@ -144,7 +143,7 @@ class ActionModule(NodeAction):
         if said["rc"] != 0:
             raise ks.PlanError(
                 f"`{args['binary']} --version` failed (rc {said['rc']}): "
-                f"{(said['stderr'] or said['stdout']).strip()}. Install the kubelet first; nothing was changed"
+                f"{command_error(said)}. Install the kubelet first; nothing was changed"
             )
         version = ks.kubelet_version(said["stdout"] or said["stderr"])
         unit, texts = self._read_unit(args["service"], [args["default_env_file"]])
@@ -212,7 +211,7 @@ class ActionModule(NodeAction):
         """What systemd says of the unit, and the text of its files, its environment files and `more`."""
         shown = self.command(self._show_argv(service))
         if shown["rc"] != 0:
-            raise ks.PlanError(f"systemctl show {service} failed: {(shown['stderr'] or shown['stdout']).strip()}")
+            raise ks.PlanError(f"systemctl show {service} failed: {command_error(shown)}")
         unit = ks.parse_show(shown["stdout"], service)
         texts = self._texts([*unit.files, *[path for path, _optional in unit.env_files], *more])
         return unit, texts
@@ -327,7 +326,7 @@ class ActionModule(NodeAction):
         if said["rc"] != 0:
             raise ks.PlanError(
                 f"{unit} is installed but `{distribution['binary']} --version` failed (rc {said['rc']}): "
-                f"{(said['stderr'] or said['stdout']).strip()}; nothing was changed"
+                f"{command_error(said)}; nothing was changed"
             )
         version = ke.embedded_version(said["stdout"] or said["stderr"], name)
         unit_files, unit_texts = self._read_unit(unit, [])

@@ -24,7 +24,7 @@ from typing import Any
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _service_config as sc
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _systemd_syntax as sd
-from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError
+from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "service": {"type": "str"},
@@ -209,7 +209,7 @@ class ActionModule(NodeAction):
         if probe["rc"] != 0:
             raise NodeError(
                 "could not find out whether a systemctl daemon-reload would take GPUs away from running containers "
-                f"(reading /dev/nvidia* and /proc/*/fd failed: {(probe['stderr'] or probe['stdout']).strip()}); "
+                f"(reading /dev/nvidia* and /proc/*/fd failed: {command_error(probe)}); "
                 "nothing was changed"
             )
         return sc.daemon_reload_decision(sc.parse_gpu_probe(probe["stdout"]), drained=False)
@@ -459,7 +459,7 @@ class ActionModule(NodeAction):
                     said = outcome["stdout"].strip()
                     last = f"`{' '.join(verify['command'])}` said {said!r}, not what was expected ({expected})"
                     continue
-                said = (outcome["stderr"] or outcome["stdout"]).strip()
+                said = command_error(outcome)
                 last = f"`{' '.join(verify['command'])}` exited {outcome['rc']}: {said}"
             elif verify.get("url"):
                 outcome = self.module_outcome(

@@ -48,7 +48,7 @@ PLAIN_OUTPUT = ["env", "SYSTEMD_COLORS=0", "SYSTEMD_PAGER=cat"]
 def command_error(outcome: dict[str, Any]) -> str:
     """What a failed command said: its stderr, or its stdout where a terminal gave both as one (Ansible's ssh
     connection runs a command in a terminal, `ssh -tt`, and the node's stderr then arrives in stdout)."""
-    return (outcome["stderr"].strip() or outcome["stdout"].strip()) if outcome else ""
+    return outcome["stderr"].strip() or outcome["stdout"].strip()
 
 
 def commands_script(argvs: list[list[str]]) -> str:
