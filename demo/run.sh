@@ -58,13 +58,14 @@ echo "== Installing containerd, kernel headers and the stand-ins (kubelet, nvidi
 demo_prepare "$work" demo/inventory.yml "${nodes[0]}"
 
 # A node's kubelet posts a new boot ID when its machine reboots: this watcher tells the simulated API server when a
-# node's container started again (a stand-in for that kubelet's status). One `podman inspect` of every node a second
-# (about 47 ms of CPU each, bench/RESULTS.md). Not `podman events`: with podman's file event log it replays old start
+# node's container started again (a stand-in for that kubelet's status). One `podman inspect` of every node every
+# 3 s (about 47 ms of CPU each, bench/RESULTS.md: once a second cost 47 CPU-seconds over a demo; the drain window's
+# wait for Ready retries longer than that). Not `podman events`: with podman's file event log it replays old start
 # events when the log rotates, which would reboot nodes in the simulator that did not reboot.
 (
   declare -A started
   while read -r n at; do started[$n]=$at; done < <(podman inspect -f '{{.Name}} {{.State.StartedAt}}' "${nodes[@]}")
-  while sleep 1; do
+  while sleep 3; do
     while read -r n at; do
       if [ "$at" != "${started[$n]}" ]; then
         started[$n]=$at
