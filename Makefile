@@ -95,6 +95,6 @@ demo: system ## Run playbooks/site.yml against podman containers standing in for
 	@$(MAKE) --no-print-directory -j3 venv link kubectl images IMAGES=bookworm
 	@$(ROOT)/demo/run.sh
 
-clean: ## Remove the venv, caches and demo containers (images stay cached in podman)
+clean: ## Remove the venv, caches and demo containers (images and the kubegpu-ccache volume stay in podman)
 	-$(ROOT)/demo/run.sh --clean
 	rm -rf $(VENV) $(TMP) .pytest_cache .ruff_cache

@@ -18,12 +18,12 @@ if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
 # The longest scenarios start first, longest first, so that the others fill the slots beside them (longest processing
-# time first: the order of the last full molecule run's times, 2026-11-29 at the switch to the ssh connection, three at
-# a time on an otherwise idle 2-core machine: nvidia_driver builds Debian's real driver with DKMS, 1377 s;
-# nvidia_driver_cuda 684 s; kubelet 564 s; containerd 439 s; docker_malformed 394 s; service_config_kill 390 s;
-# nvidia_container_toolkit 318 s; docker 293 s; crio 230 s; gpu_mig 161 s).
-long_first=(nvidia_driver nvidia_driver_cuda kubelet containerd docker_malformed service_config_kill
-  nvidia_container_toolkit docker crio gpu_mig)
+# time first: the order of their times in the last CI run, 2026-11-29 at e3609b5, three at a time beside the other
+# gates on a 2-core machine: nvidia_driver_cuda 1391 s; nvidia_driver 1277 s, Debian's real driver built by DKMS
+# through a compiler cache (399 s alone); docker_malformed 669 s; service_config_kill 663 s; kubelet 607 s;
+# containerd 458 s; docker 364 s; nvidia_container_toolkit 332 s; crio 257 s; gpu_mig 149 s).
+long_first=(nvidia_driver_cuda nvidia_driver docker_malformed service_config_kill kubelet containerd docker
+  nvidia_container_toolkit crio gpu_mig)
 ordered=()
 for s in "${long_first[@]}"; do
   for t in "${scenarios[@]}"; do [ "$t" = "$s" ] && ordered+=("$s"); done

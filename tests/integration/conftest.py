@@ -94,9 +94,17 @@ class Ansible:
         return path
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The environment of a run: this checkout's collection first, plain output."""
+        """The environment of a run: this checkout's collection first, plain output, TMPDIR in the test's folder.
+
+        TMPDIR is `tmp` in the test's folder: what a run leaves in the temporary folder stays with the test's other
+        files (pytest keeps the last three runs'), not in the machine's /tmp: kubernetes.core's discovery cache (a file
+        per API server, and each test starts its own), and the module payloads that a run killed with SIGKILL leaves.
+        """
+        tmpdir = self.workdir / "tmp"
+        tmpdir.mkdir(exist_ok=True)
         env = dict(os.environ)
         env.update(
+            TMPDIR=str(tmpdir),
             ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".tmp" / "collections"),
             ANSIBLE_NOCOLOR="true",
             ANSIBLE_FORCE_COLOR="false",
