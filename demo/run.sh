@@ -59,8 +59,9 @@ demo_prepare "$work" demo/inventory.yml "${nodes[0]}"
 
 # A node's kubelet posts a new boot ID when its machine reboots: this watcher tells the simulated API server when a
 # node's container started again (a stand-in for that kubelet's status). One `podman inspect` of every node every
-# 3 s (about 47 ms of CPU each, bench/RESULTS.md: once a second cost 47 CPU-seconds over a demo; the drain window's
-# wait for Ready retries longer than that). Not `podman events`: with podman's file event log it replays old start
+# 3 s (about 47 ms of CPU each, bench/RESULTS.md: once a second cost about 47 CPU-seconds over a 1,000 s demo on a
+# loaded machine). The drain window waits up to kubegpu_node_ready_timeout (60 s, demo/inventory.yml) for a new boot ID
+# and Ready; the poll adds at most 3 s to it. Not `podman events`: with podman's file event log it replays old start
 # events when the log rotates, which would reboot nodes in the simulator that did not reboot.
 (
   declare -A started

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs each molecule scenario named (all of them by default) with the full test sequence and reports each one's time.
-# MOLECULE_JOBS scenarios run at once (default 3): most of a scenario's time is spent waiting on apt, dpkg and systemd
-# inside its containers, not on the controller's CPU, so three at a time shorten the run even on a two-core machine
-# (bench/RESULTS.md, "CI time": the scenarios took 138 minutes one after another in the last CI run, the longest 33).
+# MOLECULE_JOBS scenarios run at once (default 3): a scenario alone leaves the CPUs idle while it waits on downloads,
+# reboots and the systemd of its containers, so three at a time shorten the run even on a two-core machine (in the CI
+# run of 2026-11-29 at e3609b5 the ten took 103 minutes added up, the longest 23, and were done after about 35).
 # Each scenario's output goes to .tmp/molecule/<scenario>.log; the end of a failed scenario's log is printed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -97,8 +97,9 @@ class Ansible:
         """The environment of a run: this checkout's collection first, plain output, TMPDIR in the test's folder.
 
         TMPDIR is `tmp` in the test's folder: what a run leaves in the temporary folder stays with the test's other
-        files (pytest keeps the last three runs'), not in the machine's /tmp: kubernetes.core's discovery cache (a file
-        per API server, and each test starts its own), and the module payloads that a run killed with SIGKILL leaves.
+        files in pytest's folder (which keeps the last three runs'), not loose in /tmp: kubernetes.core's discovery
+        cache (a file per API server, and each test starts its own), and the module payloads that a run killed by
+        SIGKILL leaves.
         """
         tmpdir = self.workdir / "tmp"
         tmpdir.mkdir(exist_ok=True)
