@@ -294,13 +294,19 @@ expect "the second run validated no node (both passed with the driver and toolki
   "$(grep -c '"Validating 0 of 2 nodes"' "$work/second-run.log")" 1
 expect "the workload on node 2 kept running, as the same pod" "$(workload)" "$workload_before"
 # The driver's and the toolkit's source and own files are read once per node, in site.yml's preflight play; the
-# batch plans from what the preflight handed over and a read of the node only: two plans per node and role.
-expect "each node's driver planned twice (preflight, batch)" "$(sed -n \
+# batch reads every step of the chain again in one task per node (kubegpu.node.chain_plan: the roles' own plans, from
+# what the preflight handed over) and, with nothing to do anywhere, includes no role.
+expect "each node's driver planned once by its role (preflight)" "$(sed -n \
   '/^TASK \[kubegpu.node.nvidia_driver : Plan the driver from the node as it is/,/^TASK \[/p' \
-  "$work/second-run.log" | grep -c '^ok: ')" 4
-expect "each node's toolkit planned twice (preflight, batch)" "$(sed -n \
+  "$work/second-run.log" | grep -c '^ok: ')" 2
+expect "each node's toolkit planned once by its role (preflight)" "$(sed -n \
   '/^TASK \[kubegpu.node.nvidia_container_toolkit : Plan the toolkit from the node as it is/,/^TASK \[/p' \
-  "$work/second-run.log" | grep -c '^ok: ')" 4
+  "$work/second-run.log" | grep -c '^ok: ')" 2
+expect "each node's chain read again in its batch, in one task" "$(sed -n \
+  '/^TASK \[Read each step of the role chain again/,/^TASK \[/p' "$work/second-run.log" | grep -c '^ok: ')" 2
+expect "no step of the chain run on either node" "$(sed -n \
+  '/^TASK \[Run the steps of the role chain that have anything to do/,/^TASK \[/p' "$work/second-run.log" \
+  | grep -c '^skipping: ')" 2
 for n in "${nodes[@]}"; do
   expect "$n's containerd was not restarted again" "$(podman exec "$n" systemctl show -p MainPID --value containerd)" \
     "${containerd_pid[$n]}"

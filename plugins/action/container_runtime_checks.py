@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _chain_plan as cp
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _container_runtime_checks as rc
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
@@ -23,6 +24,9 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "binaries": {"type": "dict", "required": True},
     "hand_over": {"type": "bool", "default": False},
     "found": {"type": "dict", "default": {}},
+    # Handed over with the findings (hand_over): what else site.yml's batch needs to read the runtime's configuration
+    # again as the role would (kubegpu.node.chain_plan).
+    "replay": {"type": "dict", "default": {}},
 }
 
 
@@ -67,6 +71,7 @@ class ActionModule(NodeAction):
             "start": start,
             # Used once: the role's next run takes it over, and its own result offers none.
             "handover": rc.hand_over(given, state) if args["hand_over"] else {},
+            **({"replay": cp.replay(args, **args["replay"])} if args["hand_over"] and args["replay"] else {}),
         }
 
     def _read(self, argv: list[str], binaries: dict[str, str]) -> rc.NodeRead:

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.common.text.converters import to_text
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _chain_plan as cp
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_embedded as ke
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_gates as kg
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _kubelet_settings as ks
@@ -40,6 +41,9 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "allow_provisioned_edit": {"type": "bool", "default": False},
     "healthz_url": {"type": "str", "default": ""},
     "check_health": {"type": "bool", "default": True},
+    # What else site.yml's batch needs to read the kubelet again as the role would (kubegpu.node.chain_plan): the
+    # role's restart, backup_dir and pending_dir. Returned with the action's own arguments when given.
+    "replay": {"type": "dict", "default": {}},
     "embedded": {
         "type": "list",
         "elements": "dict",
@@ -282,6 +286,8 @@ class ActionModule(NodeAction):
         }
         if planned.warnings:
             out["warnings"] = planned.warnings
+        if args.get("replay"):
+            out["replay"] = cp.replay(args, **args["replay"])
         return out
 
     def _get(self, url: str) -> str:

@@ -23,7 +23,13 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "renamed": {"type": "list", "elements": "dict", "default": []},
     "given": {"type": "dict", "default": {}},
     "renames_applied": {"type": "bool", "default": False},
+    # The playbook kubegpu.node.site: the layer of these roles of this collection, in one call (nl.SITE).
+    "roles": {"type": "list", "elements": "str", "default": []},
+    "fact_path": {"type": "str", "default": ""},
 }
+
+# This collection's roles folder, beside its plugins folder.
+OWN_ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 
 
 class Refused(Exception):
@@ -36,7 +42,10 @@ class ActionModule(NodeAction):
 
     def _run(self, args: dict[str, Any]) -> dict[str, Any]:
         caller = args["caller"]
-        refused = nl.refusal(caller, args["caller_path"], str(self._vars.get("role_path", "")))
+        if args["roles"] or caller == nl.SITE:
+            refused = nl.site_refusal(caller, args["roles"], OWN_ROLES)
+        else:
+            refused = nl.refusal(caller, args["caller_path"], str(self._vars.get("role_path", "")))
         if refused:
             raise Refused(refused)
         refused = nl.renames_refusal(caller, args["renamed"], args["renames_applied"])
@@ -63,30 +72,52 @@ class ActionModule(NodeAction):
 
         facts = dict(self._vars.get("ansible_facts") or {})
         if nl.missing_facts(facts):
-            gathered = self.module("ansible.legacy.setup", {"gather_subset": ["min"]})
+            setup: dict[str, Any] = {"gather_subset": ["min"]}
+            if args["fact_path"]:
+                setup["fact_path"] = args["fact_path"]
+            gathered = self.module("ansible.legacy.setup", setup)
             out["ansible_facts"] = gathered.get("ansible_facts", {})
             facts.update({key.removeprefix("ansible_"): value for key, value in out["ansible_facts"].items()})
 
         # A role's OS variables are loaded once a run: include_vars' variables last for the whole playbook run.
         loaded = [str(name) for name in done.get("loaded", [])]
-        first = caller not in loaded
         out["os_files"] = []
         out["renamed"] = []
-        if args["caller_path"] and first:
-            out["os_files"] = nl.os_files(os.path.join(args["caller_path"], "vars", "os"), facts)
-            tested_variable = f"__{nl.short_name(caller)}_os_tested"
+        if args["roles"]:
+            # The site's one call for all its roles: each role's files and renamed variables, as its own call would
+            # find them (its folder in this collection, its table of renamed variables in its vars/main.yml).
+            callers = [(nl.COLLECTION_PREFIX + role, os.path.join(OWN_ROLES, role)) for role in args["roles"]]
+        else:
+            callers = [(caller, args["caller_path"])] if args["caller_path"] else []
+        for name, path in callers:
+            if name in loaded:
+                continue
+            files = nl.os_files(os.path.join(path, "vars", "os"), facts)
+            out["os_files"].extend(files)
+            tested_variable = f"__{nl.short_name(name)}_os_tested"
             tested = True
-            for path in out["os_files"]:
-                loaded_vars = self._loader.load_from_file(path) or {}
+            for file in files:
+                loaded_vars = self._loader.load_from_file(file) or {}
                 tested = bool(loaded_vars.get(tested_variable, tested))
             if not tested:
-                warnings.append(nl.untested_note(facts, caller))
-        if first:
+                warnings.append(nl.untested_note(facts, name))
             # The new names are set with set_fact, which also lasts for the run: once a run and role too.
-            out["renamed"], messages = nl.renamed(args["renamed"], args["given"], caller)
+            table, given = (args["renamed"], args["given"]) if not args["roles"] else self._renamed_of(name, path)
+            used, messages = nl.renamed(table, given, name)
+            out["renamed"].extend(used)
             warnings.extend(messages)
-            loaded.append(caller)
+            loaded.append(name)
         out["loaded"] = loaded
         if warnings:
             out["warnings"] = warnings
         return out
+
+    def _renamed_of(self, role: str, path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A role's table of renamed variables (`__<role>_renamed` in its vars/main.yml) and the old names that are set,
+        with their values, as roles/_common/tasks/node.yml reads them inside the role."""
+        main = os.path.join(path, "vars", "main.yml")
+        role_vars = (self._loader.load_from_file(main) or {}) if os.path.isfile(main) else {}
+        table = list(role_vars.get(f"__{nl.short_name(role)}_renamed") or [])
+        olds = [str(row["old"]) for row in table]
+        given = {old: self._templar.template(self._vars[old]) for old in olds if old in self._vars}
+        return table, given

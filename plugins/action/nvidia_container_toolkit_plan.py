@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _apt
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _chain_plan as cp
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _nvidia_container_toolkit as tk
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
@@ -120,11 +121,14 @@ class ActionModule(NodeAction):
                 "it is; correct it (nvidia-ctk config --config-file=FILE prints a valid one) and run again."
             )
         owned = (tk.RUNTIME_CONFIG_FILE, tk.UDEV_RULE_FILE)
+        handed_over = bool(args["hand_over"]) and not checked
         return {
             "changed": False,
+            # What site.yml's batch reads the node again with (kubegpu.node.chain_plan), as this role's next run would.
+            **({"replay": cp.replay(args)} if handed_over else {}),
             **planned,
             # What the role's next run on the host in this run starts from (see nvidia_driver_plan).
-            "hand_over": bool(args["hand_over"]) and not checked,
+            "hand_over": handed_over,
             "checked": {
                 "key": key,
                 "files": files,

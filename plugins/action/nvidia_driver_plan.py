@@ -11,6 +11,7 @@ from typing import Any
 
 from ansible.utils.display import Display
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _apt
+from ansible_collections.kubegpu.node.plugins.plugin_utils import _chain_plan as cp
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _nvidia_driver as nd
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction, NodeError, command_error
 
@@ -154,6 +155,9 @@ class ActionModule(NodeAction):
         # A full read asked to be handed over (the role's preflight entry point) is what the role's next run on the
         # host in this run starts from; that run's own plan is no full read, so the run after it checks everything.
         out["hand_over"] = bool(args["hand_over"]) and not checked
+        if out["hand_over"]:
+            # What site.yml's batch reads the node again with (kubegpu.node.chain_plan), as this role's next run would.
+            out["replay"] = cp.replay(args)
         out["checked"] = {
             "key": source.key,
             "offered": source.offered,

@@ -225,6 +225,8 @@ class ActionModule(NodeAction):
             ],
             "restarted": would_restart,
             "restart_pending": plan.restart_needed and not plan.restart,
+            # A note of an earlier change (pending/<unit>.json) that this run acts on: finishes, or removes as moot.
+            "note": plan.note is not None or plan.remove_note,
         }
         if plan.guard is not None:
             out["gpu_guard"] = plan.guard.as_result()

@@ -67,6 +67,14 @@ options:
     description: The result of this task's last run on the host (its registered variable), or nothing.
     type: dict
     default: {}
+  replay:
+    description:
+      - With O(hand_over) - what else the playbook C(kubegpu.node.site) needs to read the runtime again at the start
+        of the host's batch (M(kubegpu.node.chain_plan)) - containerd's configuration's arguments (C(containerd)),
+        its unit (C(containerd_service)), and the role's C(backup_dir) and C(pending_dir). Returned, with these
+        checks' own arguments, as RV(replay).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -82,6 +90,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+replay:
+  description:
+    - With O(hand_over) and O(replay) - O(replay) with these checks' own arguments (C(args)), less those of the
+      hand-over.
+  returned: when handed over
+  type: dict
 installed:
   description: The runtimes whose binary was found, in the order of O(binaries).
   returned: success

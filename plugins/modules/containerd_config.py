@@ -127,6 +127,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+service_files:
+  description:
+    - The three files (the record, the drop-in, the main file) as M(kubegpu.node.service_config) takes them, in the
+      order that leaves a run cut between two of them undoable (present - the record, the drop-in, the main file;
+      absent - the reverse). A file whose content is null is removed.
+  returned: always
+  type: list
+  elements: dict
 config_version:
   description: Version of the main configuration (2 or 3); the drop-in has the same.
   returned: when O(state=present)

@@ -128,6 +128,13 @@ options:
     description: Ask the kubelet whether it answers now (RV(health)).
     type: bool
     default: true
+  replay:
+    description:
+      - What else the playbook C(kubegpu.node.site) needs to read the kubelet again at the start of the host's batch
+        (M(kubegpu.node.chain_plan)) - the role's C(restart), C(backup_dir) and C(pending_dir). Returned, with this
+        plan's own arguments, as RV(replay).
+    type: dict
+    default: {}
   embedded:
     description:
       - Distributions whose kubelet runs inside their own process (the role passes k3s and rke2), checked in order
@@ -185,6 +192,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+replay:
+  description: O(replay) with this plan's own arguments (C(args)).
+  returned: when O(replay) is given
+  type: dict
 version:
   description: The kubelet's minor release.
   returned: success

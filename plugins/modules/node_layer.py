@@ -14,8 +14,9 @@ short_description: The node layer of kubegpu.node's roles (internal to the role 
 version_added: 0.1.0
 description:
   - Internal to the role C(kubegpu.node._common) (C(roles/_common/tasks/node.yml)), which every role of this
-    collection imports first; its options and results may change in any release.
-  - Refuses a caller that is not a role of this collection.
+    collection imports first, and to the playbook C(kubegpu.node.site), which calls it once for all its roles
+    (O(roles)); its options and results may change in any release.
+  - Refuses a caller that is not a role of this collection or that playbook.
   - Checks that the node's Python is 3.8 or later before any module runs (a shell command, as C(ansible.builtin.raw)
     runs it), once a run for each interpreter.
   - Gathers the facts the roles read (the C(min) subset) when one is missing.
@@ -63,6 +64,19 @@ options:
       - A role with O(renamed) variables that imported C(node.yml) instead is refused.
     type: bool
     default: false
+  roles:
+    description:
+      - The playbook C(kubegpu.node.site) only (O(caller=kubegpu.node.site)) - the layer of each of these roles of
+        this collection in one call - each role's OS variable files (RV(os_files), in order) and renamed variables
+        (read from the role's C(vars/main.yml); the old names' values from the host's variables).
+      - Each must be a role of this collection (a folder of its C(roles/), read from there).
+    type: list
+    elements: str
+    default: []
+  fact_path:
+    description: Where the facts gathered read local facts from (O(ansible.builtin.setup#module:fact_path)).
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""

@@ -195,6 +195,13 @@ remove_files:
   returned: with state absent
   type: list
   elements: str
+replay:
+  description:
+    - With RV(hand_over) - this read's own arguments (C(args)), less those of the hand-over, with which the playbook
+      C(kubegpu.node.site) reads the node again at the start of the host's batch (M(kubegpu.node.chain_plan)), as
+      the role's next run would.
+  returned: when handed over
+  type: dict
 hand_over:
   description:
     - True when O(hand_over) was asked for and this plan read everything (the key and the repository) without

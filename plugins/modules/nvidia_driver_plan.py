@@ -243,6 +243,13 @@ steps:
       includes a step's tasks only when it is true.
   returned: with state present
   type: dict
+replay:
+  description:
+    - With RV(hand_over) - this read's own arguments (C(args)), less those of the hand-over, with which the playbook
+      C(kubegpu.node.site) reads the node again at the start of the host's batch (M(kubegpu.node.chain_plan)), as
+      the role's next run would.
+  returned: when handed over
+  type: dict
 hand_over:
   description:
     - True when O(hand_over) was asked for and this plan read everything (the package source, the role's files, the

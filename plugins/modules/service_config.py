@@ -270,6 +270,12 @@ restarted:
       C(changed) too.
   returned: always
   type: bool
+note:
+  description:
+    - Whether a note of an earlier change of O(service) (its file in O(pending_dir)) is there for this run to finish
+      or to remove as moot.
+  returned: always
+  type: bool
 restart_pending:
   description:
     - O(service) still runs with its previous files, because O(restart) was false in this run or in an earlier one

@@ -102,8 +102,9 @@ class DebianVersion(str):
 
 
 def newest(versions: Iterable[str]) -> str:
-    """The newest of some versions in dpkg's order; '' when there are none."""
-    return max((DebianVersion(v) for v in versions if v), default=DebianVersion(""))
+    """The newest of some versions in dpkg's order; '' when there are none. A plain str: it goes into task results,
+    which Ansible stores only as its own types."""
+    return str(max((DebianVersion(v) for v in versions if v), default=DebianVersion("")))
 
 
 # --- dpkg: read, plan, hold ----------------------------------------------------------------------------------------

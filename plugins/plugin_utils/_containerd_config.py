@@ -871,6 +871,23 @@ class Planner:
             "record_content": None,
         }
 
+    def service_files(self, result: dict[str, Any]) -> list[dict[str, Any]]:
+        """The files as kubegpu.node.service_config writes them, in the order that keeps a run cut between two of them
+        undoable: the drop-in before the import that names it (containerd refuses to start when an import names a
+        missing file) and the import gone before the drop-in on absent; the record of what the role added first on
+        present and last on absent, so that no change of the role's is ever without it. 0600 for the drop-in: on
+        containerd 1.x it repeats the CRI section, registry credentials included (only root reads it)."""
+        dropin = {
+            "path": self.dropin,
+            "content": result["dropin_content"],
+            "owner": "root",
+            "group": "root",
+            "mode": "0600",
+        }
+        main = {"path": self.main, "content": result["main_content"]}
+        record = {"path": self.params["record"], "content": result["record_content"], "mode": "0644"}
+        return [record, dropin, main] if self.params["state"] == "present" else [main, dropin, record]
+
     def plan(self) -> dict[str, Any]:
         """Every return value of kubegpu.node.containerd_config; raises ConfigError with what to do."""
         present = self.params["state"] == "present"
@@ -888,4 +905,5 @@ class Planner:
             "dropin": self.dropin,
             "dropin_before": self.node.read(self.dropin),
             **result,
+            "service_files": self.service_files(result),
         }

@@ -19,6 +19,9 @@ PYTHON_MIN = (3, 8)
 FACTS = ("os_family", "distribution", "distribution_major_version", "distribution_version", "architecture", "kernel")
 
 COLLECTION_PREFIX = "kubegpu.node."
+# The one caller that is not a role: the playbook kubegpu.node.site, which runs the layer of all its roles in one call
+# (its preflight play), with the roles folder of this collection.
+SITE = "kubegpu.node.site"
 
 # What a refused caller is told.
 INTERNAL = (
@@ -40,6 +43,19 @@ def refusal(caller: str, caller_path: str, own_path: str) -> str | None:
     if caller_path and own_path and os.path.dirname(caller_path.rstrip("/")) == os.path.dirname(own_path.rstrip("/")):
         return None
     return INTERNAL
+
+
+def site_refusal(caller: str, roles: Sequence[str], own_roles: str, isdir: Any = os.path.isdir) -> str | None:
+    """Why the layer refuses a call for several roles at once (None when it may): only the playbook kubegpu.node.site
+    makes one, for roles of this collection (folders of its own roles folder, not the internal ones)."""
+    if caller != SITE:
+        return INTERNAL
+    unknown = [
+        role for role in roles if role.startswith("_") or "/" in role or not isdir(os.path.join(own_roles, role))
+    ]
+    if unknown:
+        return f"{', '.join(unknown)}: not a role of kubegpu.node whose node layer kubegpu.node.site runs."
+    return None
 
 
 def renames_refusal(caller: str, renamed: list[Any], applied: bool) -> str | None:

@@ -266,3 +266,70 @@ def test_a_role_with_renamed_variables_that_imports_the_layer_without_the_renami
     assert "kubegpu.node.probe has renamed variables (probe_old_flag, probe_old_gates)" in run.output
     assert "tasks_from: node_renamed" in run.output
     assert not (ansible.workdir / "out.json").exists()
+
+
+SITE_LAYER = {
+    "name": "The node layer of every role, in one call",
+    "kubegpu.node.node_layer": {
+        "caller": "{{ probe_caller }}",
+        "roles": "{{ probe_roles }}",
+        "done": "{{ __common_node | default({}) }}",
+    },
+    "register": "__common_node",
+}
+SITE_TASKS = [
+    SITE_LAYER,
+    {
+        "name": "Load the variables of the node's system for each role",
+        "ansible.builtin.include_vars": {"file": "{{ item }}"},
+        "loop": "{{ __common_node.os_files }}",
+    },
+    {
+        "name": "Use the old names of renamed variables",
+        "ansible.builtin.set_fact": {"{{ item.new }}": "{{ lookup('ansible.builtin.vars', item.old) }}"},
+        "loop": "{{ __common_node.renamed }}",
+    },
+    # The role's own layer later in the run (as a role's batch run in site.yml) finds it done.
+    {"name": "The probe role", "ansible.builtin.include_role": {"name": "kubegpu.node.probe"}},
+]
+
+
+def _site_run(ansible, caller: str = "kubegpu.node.site", roles=("probe",), **host: object):
+    collections = _collection(ansible, {"default.yml": {**SHARED, "__probe_os_tested": False}})
+    playbook = ansible.workdir / "site.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "gpu_nodes", "gather_facts": False, "tasks": SITE_TASKS}]))
+    inventory = ansible.inventory(
+        {"node-a": dict(host)},
+        probe_out=str(ansible.workdir / "out.json"),
+        probe_caller=caller,
+        probe_roles=list(roles),
+    )
+    return ansible.playbook(
+        playbook, inventory=inventory, env={"ANSIBLE_COLLECTIONS_PATH": str(collections)}, skip_chain=False
+    )
+
+
+def test_site_calls_the_layer_once_for_all_its_roles_and_their_own_calls_find_it_done(ansible):
+    # site.yml's preflight: one call for every role of the chain (its facts, each role's OS files, each role's renamed
+    # variables read from the role's vars/main.yml), in place of one call in each role.
+    run = _site_run(ansible, probe_old_flag="true")
+    assert run.returncode == 0, run.output
+    assert json.loads((ansible.workdir / "out.json").read_text())["flag"] is True
+    assert run.output.count("DEPRECATED: probe_old_flag is the old name of probe_flag (kubegpu.node.probe)") == 1
+    assert run.output.count("is not among the systems this collection's CI runs kubegpu.node.probe on") == 1
+    assert run.output.count("default.yml)") == 1, run.output
+
+
+@pytest.mark.parametrize(
+    ("caller", "roles", "said"),
+    [
+        ("kubegpu.node.site", ["probe", "elsewhere"], "elsewhere: not a role of kubegpu.node"),
+        ("kubegpu.node.site", ["_common"], "_common: not a role of kubegpu.node"),
+        ("my.own.playbook", ["probe"], "kubegpu.node._common is internal"),
+    ],
+)
+def test_a_call_for_several_roles_is_refused_unless_site_names_roles_of_this_collection(ansible, caller, roles, said):
+    run = _site_run(ansible, caller=caller, roles=roles)
+    assert run.returncode != 0, run.output
+    assert said in run.output, run.output
+    assert not (ansible.workdir / "out.json").exists()

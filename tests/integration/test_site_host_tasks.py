@@ -26,8 +26,13 @@ CALLBACKS = Path(__file__).resolve().parent / "host_tasks"
 # preflight 13 and batch 29 before the site's own steps were cut (2026-11-26: the labels' and gpu_health's includes,
 # set_facts and guards; 33 of the site's own steps, 21 after), with the chain's includes (5 in each play) and
 # gpu_health's role included; 10 and 17 after the second cut (2026-11-28: the kubelet's preflight and plan in one
-# include, the PCI GPU count by kubegpu.node.nvidia_pci_gpus without a set_fact, gpu_health's note gone).
-BOUNDS = {"preflight": 10, "batch": 17}
+# include, the PCI GPU count by kubegpu.node.nvidia_pci_gpus without a set_fact, gpu_health's note gone). Then
+# (2026-11-29) preflight 12 and batch 15: the preflight's node layer is one call for every role of the chain, with
+# the facts gathered in it (its action, its files' include_vars, its renamed variables' set_fact: two more here, where
+# the chain is off and no role's layer ran before; on the fleet, with the chain on, seven fewer: bench/RESULTS.md),
+# and the batch reads the chain once (kubegpu.node.chain_plan) and includes only its steps with anything to do, in
+# one looped include (here two host-tasks where the four roles' includes were four; with the chain on, 2 for 32).
+BOUNDS = {"preflight": 12, "batch": 15}
 PLAYS = {"Preflight": "preflight", "Make GPU nodes ready": "batch", "Deploy NVIDIA's device plugin": "cluster"}
 
 

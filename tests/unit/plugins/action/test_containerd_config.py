@@ -173,6 +173,22 @@ def test_without_a_main_file_the_default_is_written_and_absent_removes_it_again(
     assert gone["record_content"] is None
 
 
+def test_the_files_come_in_the_order_service_config_writes_them_record_first_on_present_last_on_absent(host):
+    result = run(host)
+    apply(host, result)
+    record, dropin, main = str(host / "record.json"), result["dropin"], result["main_path"]
+    assert [(f["path"], f["content"]) for f in result["service_files"]] == [
+        (record, result["record_content"]),
+        (dropin, result["dropin_content"]),
+        (main, result["main_content"]),
+    ]
+    # The drop-in may hold registry credentials (containerd 1.x repeats the CRI section): root's alone.
+    assert result["service_files"][1]["mode"] == "0600" and result["service_files"][1]["owner"] == "root"
+    gone = run(host, state="absent")
+    assert [f["path"] for f in gone["service_files"]] == [main, dropin, record]
+    assert [f["content"] for f in gone["service_files"]] == [None, None, None]
+
+
 def test_a_users_file_gets_the_import_and_gets_it_back_byte_for_byte(host):
     user = "# mine\nversion = 3\n\n[debug]\n  level = 'warn'\n"
     (host / "etc" / "config.toml").write_text(user)

@@ -415,6 +415,17 @@ def test_check_mode_reports_the_held_back_restart_and_changes_nothing():
     assert node.files[NOTE]["data"] == note and node.restarts == restarts
 
 
+def test_a_check_run_with_restarts_off_says_a_held_back_change_is_noted_and_a_finished_one_is_not():
+    # What site.yml's batch reads (kubegpu.node.chain_plan): the files already written, the restart still due.
+    node = FakeNode(ORIGINAL)
+    run(node, PRESENT, restart=False)
+    held = run(node, PRESENT, restart=False, check_mode=True)
+    assert held["note"] and held["restart_pending"] and not any(f["changed"] for f in held["files"])
+    run(node, PRESENT)
+    done = run(node, PRESENT, restart=False, check_mode=True)
+    assert not done["note"] and not done["restart_pending"] and not done["changed"]
+
+
 def test_a_change_cut_after_its_restart_is_rolled_back_by_the_next_run_when_the_daemon_does_not_answer():
     node = FakeNode(ORIGINAL)
     cut(node, REFUSED, "restarted")

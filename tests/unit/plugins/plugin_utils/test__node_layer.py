@@ -149,3 +149,16 @@ def test_a_role_with_renamed_variables_must_import_the_renaming_file():
     assert "tasks_from: node_renamed" in refused
     assert nl.renames_refusal("kubegpu.node.r", renamed, applied=True) is None
     assert nl.renames_refusal("kubegpu.node.r", [], applied=False) is None
+
+
+def test_only_the_site_playbook_may_call_the_layer_for_roles_of_this_collection(tmp_path):
+    for role in ("nvidia_driver", "kubelet", "_common"):
+        (tmp_path / role).mkdir()
+    own = str(tmp_path)
+    assert nl.site_refusal(nl.SITE, ["nvidia_driver", "kubelet"], own) is None
+    assert nl.site_refusal(nl.SITE, [], own) is None
+    assert nl.site_refusal(nl.SITE, ["kubelet", "other"], own) == (
+        "other: not a role of kubegpu.node whose node layer kubegpu.node.site runs."
+    )
+    assert nl.site_refusal(nl.SITE, ["_common", "../roles"], own).startswith("_common, ../roles: not a role")
+    assert nl.site_refusal("kubegpu.node.nvidia_driver", ["kubelet"], own) == nl.INTERNAL
