@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible.errors import AnsibleConnectionFailure
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _chain_plan as cp
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction
 
@@ -32,9 +32,9 @@ class ActionModule(NodeAction):
 
     def _read(self, name: str, args: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         """Run one of the collection's read-only actions on this host (check_mode: as a check run would), as a task of
-        its own would, and return its result. Its warnings were given by the preflight's run of the same read. An
-        error of the read is its failure (the step then runs, and its role reports it); a lost connection is the
-        host's (unreachable), as for any task."""
+        its own would, and return its result. Its warnings were given by the preflight's run of the same read. Any
+        error of the read is its failure (the step then runs, and its role's own run reports it); a lost connection is
+        the host's (unreachable), as for any task."""
         task = self._task.copy()
         task.args = args
         if check_mode:
@@ -52,8 +52,8 @@ class ActionModule(NodeAction):
             result = dict(action.run(task_vars=self._vars))
         except AnsibleConnectionFailure:
             raise
-        except AnsibleError as exc:
-            return {"failed": True, "msg": str(exc)}
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # the step runs; its role says why
+            return {"failed": True, "msg": f"{type(exc).__name__}: {exc}"}
         result.pop("warnings", None)
         result.pop("deprecations", None)
         return result

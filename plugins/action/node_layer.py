@@ -26,6 +26,9 @@ ARGUMENT_SPEC: dict[str, Any] = {
     # The playbook kubegpu.node.site: the layer of these roles of this collection, in one call (nl.SITE).
     "roles": {"type": "list", "elements": "str", "default": []},
     "fact_path": {"type": "str", "default": ""},
+    # Gather the facts once in the run even when some are known (a fact cache, AWX's fact storage: the node may have
+    # changed since, its local facts too).
+    "gather": {"type": "bool", "default": False},
 }
 
 # This collection's roles folder, beside its plugins folder.
@@ -71,7 +74,9 @@ class ActionModule(NodeAction):
         out["python_checked"] = interpreter
 
         facts = dict(self._vars.get("ansible_facts") or {})
-        if nl.missing_facts(facts):
+        out["gathered"] = bool(done.get("gathered"))
+        if (args["gather"] and not out["gathered"]) or nl.missing_facts(facts):
+            out["gathered"] = True
             setup: dict[str, Any] = {"gather_subset": ["min"]}
             if args["fact_path"]:
                 setup["fact_path"] = args["fact_path"]

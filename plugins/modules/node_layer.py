@@ -77,6 +77,12 @@ options:
     description: Where the facts gathered read local facts from (O(ansible.builtin.setup#module:fact_path)).
     type: str
     default: ""
+  gather:
+    description:
+      - Gather the facts once in the run even when those the roles read are known (a fact cache, or AWX's fact
+        storage, keeps them from an earlier run; the node, its local facts too, may have changed since).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -109,7 +115,11 @@ renamed:
   type: list
   elements: dict
 ansible_facts:
-  description: The C(min) subset of the facts, when one the roles read was missing.
+  description: The C(min) subset of the facts, when one the roles read was missing or O(gather) asked for them.
   returned: when gathered
   type: dict
+gathered:
+  description: Whether this run has gathered the facts (in this call or an earlier one, O(done)).
+  returned: success
+  type: bool
 """

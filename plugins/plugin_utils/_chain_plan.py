@@ -174,6 +174,18 @@ def _kubelet(plan: dict[str, Any], run: Runner) -> str:
     return _failed(report, f"{service}'s comparison") or service_work(report, service)
 
 
+def _judge(step: str, plan: dict[str, Any], require_nvidia_runtime: bool, run: Runner) -> str:
+    if not _handed_over(plan):
+        return "no plan of this run's preflight to read again"
+    if step == "nvidia_driver":
+        return _driver(plan, run)
+    if step == "nvidia_container_toolkit":
+        return _toolkit(plan, run)
+    if step == "container_runtime":
+        return _runtime(plan, require_nvidia_runtime, run)
+    return _kubelet(plan, run)
+
+
 def decide(
     steps: list[str],
     plans: dict[str, dict[str, Any]],
@@ -192,16 +204,11 @@ def decide(
     reasons: dict[str, str] = {}
     for index, step in enumerate(ordered):
         plan = plans.get(step) or {}
-        if not _handed_over(plan):
-            reason = "no plan of this run's preflight to read again"
-        elif step == "nvidia_driver":
-            reason = _driver(plan, run)
-        elif step == "nvidia_container_toolkit":
-            reason = _toolkit(plan, run)
-        elif step == "container_runtime":
-            reason = _runtime(plan, require_nvidia_runtime, run)
-        else:
-            reason = _kubelet(plan, run)
+        try:
+            reason = _judge(step, plan, require_nvidia_runtime, run)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # A hand-over or a read of an unexpected shape: the step cannot be judged here, so it runs.
+            reason = f"could not be judged ({type(exc).__name__}: {exc})"
         if reason:
             reasons[step] = reason
             for later in ordered[index + 1 :]:

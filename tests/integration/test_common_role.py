@@ -273,6 +273,7 @@ SITE_LAYER = {
     "kubegpu.node.node_layer": {
         "caller": "{{ probe_caller }}",
         "roles": "{{ probe_roles }}",
+        "gather": "{{ probe_gather | default(false) }}",
         "done": "{{ __common_node | default({}) }}",
     },
     "register": "__common_node",
@@ -333,3 +334,33 @@ def test_a_call_for_several_roles_is_refused_unless_site_names_roles_of_this_col
     assert run.returncode != 0, run.output
     assert said in run.output, run.output
     assert not (ansible.workdir / "out.json").exists()
+
+
+def test_site_gathers_the_facts_once_a_run_even_when_a_fact_cache_has_them(ansible):
+    # With a fact cache (AWX's fact storage) the roles' facts are known before the run: the node layer of a role
+    # gathers only what is missing, site.yml's asks for one gathering a run (its local facts may have changed).
+    collections = _collection(ansible, {"default.yml": SHARED})
+    playbook = ansible.workdir / "gather.yml"
+    layer = {**SITE_LAYER, "kubegpu.node.node_layer": {**SITE_LAYER["kubegpu.node.node_layer"], "done": {}}}
+    tasks = [
+        {**layer, "register": "known"},
+        {**layer, "register": "asked", "vars": {"probe_gather": True}},
+        {
+            "name": "Write what each call did",
+            "ansible.builtin.copy": {
+                "content": "{{ {'known': known.gathered, 'asked': asked.gathered,"
+                " 'facts': asked.ansible_facts is defined} | to_json }}",
+                "dest": "{{ probe_out }}",
+                "mode": "0600",
+            },
+        },
+    ]
+    playbook.write_text(yaml.safe_dump([{"hosts": "gpu_nodes", "gather_facts": True, "tasks": tasks}]))
+    inventory = ansible.inventory(
+        {"node-a": {}}, probe_out=str(ansible.workdir / "out.json"), probe_caller="kubegpu.node.site", probe_roles=[]
+    )
+    run = ansible.playbook(
+        playbook, inventory=inventory, env={"ANSIBLE_COLLECTIONS_PATH": str(collections)}, skip_chain=False
+    )
+    assert run.returncode == 0, run.output
+    assert json.loads((ansible.workdir / "out.json").read_text()) == {"known": False, "asked": True, "facts": True}

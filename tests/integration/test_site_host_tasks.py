@@ -31,7 +31,8 @@ CALLBACKS = Path(__file__).resolve().parent / "host_tasks"
 # the facts gathered in it (its action, its files' include_vars, its renamed variables' set_fact: two more here, where
 # the chain is off and no role's layer ran before; on the fleet, with the chain on, seven fewer: bench/RESULTS.md),
 # and the batch reads the chain once (kubegpu.node.chain_plan) and includes only its steps with anything to do, in
-# one looped include (here two host-tasks where the four roles' includes were four; with the chain on, 2 for 32).
+# one include of playbooks/tasks/chain.yml (here two host-tasks where the four roles' includes were four; with the
+# chain on, 2 for 32).
 BOUNDS = {"preflight": 12, "batch": 15}
 PLAYS = {"Preflight": "preflight", "Make GPU nodes ready": "batch", "Deploy NVIDIA's device plugin": "cluster"}
 

@@ -302,3 +302,29 @@ def test_replay_keeps_a_reads_own_arguments_and_drops_those_of_the_hand_over():
         "replay": {},
     }
     assert cp.replay(args, restart=True) == {"args": {"state": "present"}, "restart": True}
+
+
+def test_a_hand_over_of_an_unexpected_shape_is_a_step_that_runs_not_a_failure():
+    plans = preflight()
+    del plans["container_runtime"]["replay"]["containerd"]
+    decided = cp.decide(CHAIN, plans, True, Node())
+    assert decided["include"] == ["container_runtime", "kubelet"]
+    assert decided["reasons"]["container_runtime"] == "could not be judged (KeyError: 'containerd')"
+
+
+def test_site_passes_only_what_the_preflight_handed_over():
+    # site.yml passes the driver's and the toolkit's replay and checked, the kubelet's replay: the same decisions.
+    full = preflight()
+    slim = {
+        "nvidia_driver": {key: full["nvidia_driver"][key] for key in ("replay", "checked")},
+        "nvidia_container_toolkit": {key: full["nvidia_container_toolkit"][key] for key in ("replay", "checked")},
+        "container_runtime": full["container_runtime"],
+        "kubelet": {"replay": full["kubelet"]["replay"]},
+    }
+    node = Node()
+    assert cp.decide(CHAIN, slim, True, node) == cp.decide(CHAIN, full, True, Node())
+    # A role whose preflight did not run in this run: site.yml passes none for its replay.
+    slim["nvidia_driver"] = {"replay": None, "checked": None}
+    assert cp.decide(CHAIN, slim, True, Node())["reasons"]["nvidia_driver"] == (
+        "no plan of this run's preflight to read again"
+    )
