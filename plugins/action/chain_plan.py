@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible_collections.kubegpu.node.plugins.plugin_utils import _chain_plan as cp
 from ansible_collections.kubegpu.node.plugins.plugin_utils._node_action import NodeAction
 
@@ -48,6 +48,9 @@ class ActionModule(NodeAction):
             templar=self._templar,
             shared_loader_obj=self._shared_loader_obj,
         )
+        if action is None:
+            # This collection's own action missing is a broken installation, not a step with work: said, not hidden.
+            raise AnsibleError(f"kubegpu.node.chain_plan cannot find the action {name}")
         try:
             result = dict(action.run(task_vars=self._vars))
         except AnsibleConnectionFailure:

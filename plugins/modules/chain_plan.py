@@ -24,9 +24,10 @@ description:
   - Returns the steps to include, from the first one with anything to do (a change, a held-back restart or reboot, an
     earlier change noted as pending, a refusal, a kubelet that does not answer) on, in chain order; none on a node in
     place.
-  - Conservative - a step it cannot judge has something to do - no preflight result of this run for it, a read that
-    fails (the role then fails with its own message), Docker or CRI-O (planned by the role's own tasks), state absent,
-    CDI without the toolkit's refresh units.
+  - Conservative - a step it cannot judge has something to do - no preflight result of this run for it, a hand-over
+    of an unexpected shape, a read that fails or raises (the role then fails with its own message), Docker or CRI-O
+    (planned by the role's own tasks), state absent, CDI without the toolkit's refresh units. A lost connection makes
+    the host unreachable, as for any task.
   - Changes nothing on the node.
 author:
   - kubegpu.node maintainers (@kubegpu)
@@ -42,8 +43,9 @@ options:
     required: true
   plans:
     description:
-      - Each step's registered result from its role's preflight in this run, by step name (the driver's and the
-        toolkit's plans, the runtime's checks, the kubelet's plan); an empty dict where none ran.
+      - What each role's preflight in this run handed over, by step name - the driver's and the toolkit's C(replay)
+        and C(checked), the runtime's checks' whole result (its findings, with C(replay)), the kubelet's C(replay);
+        an empty dict, or a null C(replay), where none ran.
     type: dict
     default: {}
   require_nvidia_runtime:
@@ -57,10 +59,15 @@ EXAMPLES = r"""
   kubegpu.node.chain_plan:
     steps: [nvidia_driver, nvidia_container_toolkit, container_runtime, kubelet]
     plans:
-      nvidia_driver: "{{ __nvidia_driver_plan | default({}) }}"
-      nvidia_container_toolkit: "{{ __nvidia_container_toolkit_plan | default({}) }}"
+      nvidia_driver:
+        replay: "{{ (__nvidia_driver_plan | default({})).replay | default(none) }}"
+        checked: "{{ (__nvidia_driver_plan | default({})).checked | default(none) }}"
+      nvidia_container_toolkit:
+        replay: "{{ (__nvidia_container_toolkit_plan | default({})).replay | default(none) }}"
+        checked: "{{ (__nvidia_container_toolkit_plan | default({})).checked | default(none) }}"
       container_runtime: "{{ __container_runtime_found | default({}) }}"
-      kubelet: "{{ __kubelet_plan | default({}) }}"
+      kubelet:
+        replay: "{{ (__kubelet_plan | default({})).replay | default(none) }}"
   register: __kubegpu_chain
 """
 

@@ -194,8 +194,9 @@ def decide(
 ) -> dict[str, Any]:
     """The steps (in chain order) to include, and why each was: from the first step with anything to do on.
 
-    `steps`: the chain's steps site.yml runs on this host; `plans`: each role's registered preflight result (its plan,
-    or container_runtime's checks), absent or empty when its preflight did not run for it in this run.
+    `steps`: the chain's steps site.yml runs on this host; `plans`: what each role's preflight handed over (the
+    driver's and the toolkit's `replay` and `checked`, the runtime's checks' result, the kubelet's `replay`), absent,
+    empty or with a null `replay` when its preflight did not run for it in this run.
     """
     unknown = [step for step in steps if step not in CHAIN]
     if unknown:
