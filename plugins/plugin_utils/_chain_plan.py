@@ -98,16 +98,35 @@ def toolkit_work(result: dict[str, Any], cdi: bool) -> str:
     return ""
 
 
+def _plan_again(action: str, plan: dict[str, Any], run: Runner) -> dict[str, Any]:
+    """The driver's or the toolkit's plan read again as the role's batch run reads it: the preflight's arguments, from
+    its read of the source (`checked`), handing nothing on."""
+    return run(action, {**plan["replay"]["args"], "checked": plan.get("checked") or {}, "hand_over": False}, False)
+
+
+def _compare(service: str, files: list[dict[str, Any]], replay: dict[str, Any], run: Runner, **options: Any) -> str:
+    """What kubegpu.node.service_config, in check mode, finds to do for `service` and its files (the role's backup and
+    pending folders from `replay`); '' when nothing."""
+    args = {
+        "service": service,
+        "files": files,
+        "backup_dir": replay["backup_dir"],
+        "pending_dir": replay["pending_dir"],
+        "verify": ASK_ONCE,
+        **options,
+    }
+    report = run("kubegpu.node.service_config", args, True)
+    return _failed(report, f"{service}'s comparison") or service_work(report, service)
+
+
 def _driver(plan: dict[str, Any], run: Runner) -> str:
-    args = {**plan["replay"]["args"], "checked": plan.get("checked") or {}, "hand_over": False}
-    result = run("kubegpu.node.nvidia_driver_plan", args, False)
+    result = _plan_again("kubegpu.node.nvidia_driver_plan", plan, run)
     return _failed(result, "its plan") or driver_work(result)
 
 
 def _toolkit(plan: dict[str, Any], run: Runner) -> str:
-    args = {**plan["replay"]["args"], "checked": plan.get("checked") or {}, "hand_over": False}
-    result = run("kubegpu.node.nvidia_container_toolkit_plan", args, False)
-    return _failed(result, "its plan") or toolkit_work(result, bool(args.get("cdi")))
+    result = _plan_again("kubegpu.node.nvidia_container_toolkit_plan", plan, run)
+    return _failed(result, "its plan") or toolkit_work(result, bool(plan["replay"]["args"].get("cdi")))
 
 
 def _runtime(found: dict[str, Any], require_nvidia_runtime: bool, run: Runner) -> str:
@@ -133,20 +152,7 @@ def _runtime(found: dict[str, Any], require_nvidia_runtime: bool, run: Runner) -
     failed = _failed(config, "containerd's plan")
     if failed:
         return failed
-    service = replay["containerd_service"]
-    report = run(
-        "kubegpu.node.service_config",
-        {
-            "service": service,
-            "files": config["service_files"],
-            "restart": False,
-            "backup_dir": replay["backup_dir"],
-            "pending_dir": replay["pending_dir"],
-            "verify": ASK_ONCE,
-        },
-        True,
-    )
-    return _failed(report, f"{service}'s comparison") or service_work(report, service)
+    return _compare(replay["containerd_service"], config["service_files"], replay, run, restart=False)
 
 
 def _kubelet(plan: dict[str, Any], run: Runner) -> str:
@@ -157,21 +163,14 @@ def _kubelet(plan: dict[str, Any], run: Runner) -> str:
         return failed
     if not (result.get("health") or {}).get("ok"):
         return "the kubelet does not answer"
-    service = str(result.get("service") or "kubelet.service")
-    report = run(
-        "kubegpu.node.service_config",
-        {
-            "service": service,
-            "files": result.get("files") or [],
-            "restart": bool(replay["restart"]),
-            "daemon_reload": bool(result.get("daemon_reload")),
-            "backup_dir": replay["backup_dir"],
-            "pending_dir": replay["pending_dir"],
-            "verify": ASK_ONCE,
-        },
-        True,
+    return _compare(
+        str(result.get("service") or "kubelet.service"),
+        result.get("files") or [],
+        replay,
+        run,
+        restart=bool(replay["restart"]),
+        daemon_reload=bool(result.get("daemon_reload")),
     )
-    return _failed(report, f"{service}'s comparison") or service_work(report, service)
 
 
 def _judge(step: str, plan: dict[str, Any], require_nvidia_runtime: bool, run: Runner) -> str:
