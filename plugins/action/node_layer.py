@@ -20,8 +20,6 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "caller_path": {"type": "path", "default": ""},
     "interpreter": {"type": "str", "default": "python3"},
     "done": {"type": "dict", "default": {}},
-    "renamed": {"type": "list", "elements": "dict", "default": []},
-    "given": {"type": "dict", "default": {}},
     "renames_applied": {"type": "bool", "default": False},
     # The playbook kubegpu.node.site: the layer of these roles of this collection, in one call (nl.SITE).
     "roles": {"type": "list", "elements": "str", "default": []},
@@ -51,7 +49,14 @@ class ActionModule(NodeAction):
             refused = nl.refusal(caller, args["caller_path"], str(self._vars.get("role_path", "")))
         if refused:
             raise Refused(refused)
-        refused = nl.renames_refusal(caller, args["renamed"], args["renames_applied"])
+        if args["roles"]:
+            # The site's one call for all its roles: each role's files and renamed variables, as its own call would
+            # find them (its folder in this collection, its table of renamed variables in its vars/main.yml).
+            callers = [(nl.COLLECTION_PREFIX + role, os.path.join(OWN_ROLES, role)) for role in args["roles"]]
+        else:
+            callers = [(caller, args["caller_path"])] if args["caller_path"] else []
+        tables = {name: self._renamed_table(name, path) for name, path in callers}
+        refused = nl.renames_refusal(caller, [] if args["roles"] else tables.get(caller, []), args["renames_applied"])
         if refused:
             raise Refused(refused)
         done = args["done"] or {}
@@ -88,12 +93,6 @@ class ActionModule(NodeAction):
         loaded = [str(name) for name in done.get("loaded", [])]
         out["os_files"] = []
         out["renamed"] = []
-        if args["roles"]:
-            # The site's one call for all its roles: each role's files and renamed variables, as its own call would
-            # find them (its folder in this collection, its table of renamed variables in its vars/main.yml).
-            callers = [(nl.COLLECTION_PREFIX + role, os.path.join(OWN_ROLES, role)) for role in args["roles"]]
-        else:
-            callers = [(caller, args["caller_path"])] if args["caller_path"] else []
         for name, path in callers:
             if name in loaded:
                 continue
@@ -107,8 +106,7 @@ class ActionModule(NodeAction):
             if not tested:
                 warnings.append(nl.untested_note(facts, name))
             # The new names are set with set_fact, which also lasts for the run: once a run and role too.
-            table, given = (args["renamed"], args["given"]) if not args["roles"] else self._renamed_of(name, path)
-            used, messages = nl.renamed(table, given, name)
+            used, messages = nl.renamed(tables[name], self._given(tables[name]), name)
             out["renamed"].extend(used)
             warnings.extend(messages)
             loaded.append(name)
@@ -117,12 +115,14 @@ class ActionModule(NodeAction):
             out["warnings"] = warnings
         return out
 
-    def _renamed_of(self, role: str, path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """A role's table of renamed variables (`__<role>_renamed` in its vars/main.yml) and the old names that are set,
-        with their values, as roles/_common/tasks/node.yml reads them inside the role."""
+    def _renamed_table(self, role: str, path: str) -> list[dict[str, Any]]:
+        """A role's table of renamed variables: `__<role>_renamed` in its vars/main.yml ({old, new, type, removed_in},
+        docs/naming.md), read from the file for a role's own call and the site's alike."""
         main = os.path.join(path, "vars", "main.yml")
         role_vars = (self._loader.load_from_file(main) or {}) if os.path.isfile(main) else {}
-        table = list(role_vars.get(f"__{nl.short_name(role)}_renamed") or [])
+        return list(role_vars.get(f"__{nl.short_name(role)}_renamed") or [])
+
+    def _given(self, table: list[dict[str, Any]]) -> dict[str, Any]:
+        """The old names of `table` that are set for the host, with their values."""
         olds = [str(row["old"]) for row in table]
-        given = {old: self._templar.template(self._vars[old]) for old in olds if old in self._vars}
-        return table, given
+        return {old: self._templar.template(self._vars[old]) for old in olds if old in self._vars}

@@ -23,7 +23,8 @@ description:
   - Finds the calling role's OS variable files (C(vars/os/default.yml), then the first of
     C(<distribution>-<major>.yml), C(<distribution>.yml), C(<os_family>.yml)) once a run for each role, and warns when
     they say that the collection's CI does not run the role on the node's system.
-  - Decides which old names of renamed variables are used for their new names, with a warning for each old name set.
+  - Decides which old names of renamed variables are used for their new names, with a warning for each old name set,
+    from the role's table C(__<role>_renamed) in its C(vars/main.yml) and the host's variables.
     C(roles/_common/tasks/node_renamed.yml) sets them; a role with renamed variables that imports C(node.yml) is
     refused.
 author:
@@ -49,19 +50,11 @@ options:
     description: This task's own result from an earlier call in the run (what is done once a run).
     type: dict
     default: {}
-  renamed:
-    description: The calling role's renamed variables, each with C(old), C(new), C(type) and C(removed_in).
-    type: list
-    elements: dict
-    default: []
-  given:
-    description: The old names that are set, with their values.
-    type: dict
-    default: {}
   renames_applied:
     description:
       - Whether the caller imported C(roles/_common/tasks/node_renamed.yml), which sets the new names after this task.
-      - A role with O(renamed) variables that imported C(node.yml) instead is refused.
+      - A role with renamed variables (C(__<role>_renamed) in its C(vars/main.yml)) that imported C(node.yml) instead
+        is refused.
     type: bool
     default: false
   roles:
